@@ -1,0 +1,209 @@
+"""The store's hot path against a raw single-row UPDATE, on the same server.
+
+    python benchmarks/store.py [--n 2000] [--backends postgres,mariadb]
+
+For each server it makes a scratch database (dropped afterwards), migrates it,
+and times, on one thread, rounds of one of each (interleaved, so the load of
+a shared machine weighs on all three alike):
+
+- ``UPDATE``: one autocommit single-row ``UPDATE`` by primary key, a pool
+  checkout per statement (the yardstick: the cheapest durable write);
+- ``claim+complete``: ``claim_step`` then ``complete_step``, each writing the
+  step row and its attempt row (DESIGN.md target: <= 3 UPDATE equivalents);
+- ``claim+advance``: ``claim_step`` then ``advance`` with the outcome and a
+  pass that records the next step or ends the run (the engine's real cycle:
+  the run's steps read for the replay, the outcome, the next step, the run).
+
+"UPDATE equivalents" = mean cycle time / mean UPDATE time, measured in the
+same run. Server URLs: ``PIKKU_TEST_PG_URL`` / ``PIKKU_TEST_MYSQL_URL`` (an
+admin URL: the script creates and drops its own database).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pikku_celery.db import make_engine
+from pikku_celery.store import (
+    Decision,
+    NewRun,
+    NewStep,
+    RunStatus,
+    RunView,
+    StepKind,
+    StepOutcome,
+)
+from pikku_celery.store.migrate import upgrade
+from pikku_celery.store.sql import SQLWorkflowStore
+
+SERVERS = {
+    "postgres": os.environ.get(
+        "PIKKU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    ),
+    "mariadb": os.environ.get("PIKKU_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+TASK = "bench.step"
+STEPS_PER_RUN = 10  # the claim+advance runs: replay reads at most this many steps
+
+
+@contextmanager
+def scratch(admin_url: str) -> Iterator[str]:
+    name = f"pikku_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    url = sa.make_url(admin_url).set(database=name)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            if url.get_backend_name() == "postgresql":
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                )
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        admin.dispose()
+
+
+def update_op(url: str) -> tuple[Callable[[], None], sa.Engine]:
+    """The yardstick: one autocommit single-row UPDATE by primary key."""
+    engine = make_engine(url, isolation_level="AUTOCOMMIT")
+    meta = sa.MetaData()
+    counter = sa.Table(
+        "bench_counter",
+        meta,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("n", sa.BigInteger, nullable=False),
+    )
+    meta.create_all(engine)
+    with engine.connect() as conn:
+        conn.execute(counter.insert(), {"id": 1, "n": 0})
+    stmt = counter.update().where(counter.c.id == 1).values(n=counter.c.n + 1)
+
+    def op() -> None:
+        with engine.connect() as conn:
+            conn.execute(stmt)
+
+    return op, engine
+
+
+def steps(n: int, start: int = 0) -> list[NewStep]:
+    return [
+        NewStep(name=f"s{i}", seq=i, kind=StepKind.TASK, task_name=TASK, args=[i])
+        for i in range(start, start + n)
+    ]
+
+
+def claim_complete_op(store: SQLWorkflowStore, n: int) -> Callable[[], None]:
+    """claim_step + complete_step over the steps of one big run."""
+    run, _ = store.create_run(NewRun("bench", {}))
+    made = Decision(new_steps=steps(n))
+    store.advance(run.id, None, lambda view: made)
+    ids = iter([s.id for s in store.get_steps(run.id)])
+
+    def op() -> None:
+        step = store.claim_step(next(ids), TASK, "bench-worker", 60_000)
+        assert step is not None
+        store.complete_step(step.id, step.attempt, {"ok": True})
+
+    return op
+
+
+def claim_advance_op(store: SQLWorkflowStore) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(prepare, cycle): runs of STEPS_PER_RUN sequential steps; a cycle claims
+    the current step, then completes it and records the next in one pass.
+    ``prepare`` starts a new run when one is finished (not timed)."""
+    state: dict[str, str | None] = {"run": None, "step": None}
+
+    def decide(view: RunView) -> Decision:
+        done = len(view.steps)
+        if done >= STEPS_PER_RUN:
+            return Decision(run_status=RunStatus.COMPLETED, output={"steps": done})
+        return Decision(new_steps=steps(1, done))
+
+    def prepare() -> None:
+        if state["step"] is None:
+            run, _ = store.create_run(NewRun("bench", {}))
+            state["run"] = run.id
+            state["step"] = store.advance(run.id, None, decide).steps[0].id
+
+    def cycle() -> None:
+        run_id, step_id = state["run"], state["step"]
+        assert run_id is not None and step_id is not None
+        step = store.claim_step(step_id, TASK, "bench-worker", 60_000)
+        assert step is not None
+        outcome = StepOutcome(step.id, step.attempt, ok=True, result={"ok": True})
+        result = store.advance(run_id, outcome, decide)
+        state["step"] = result.steps[0].id if result.steps else None
+
+    return prepare, cycle
+
+
+def measure(url: str, n: int, warmup: int = 200) -> dict[str, list[float]]:
+    """The three operations interleaved, one of each per round, so a load
+    spike on this shared machine hits all three alike."""
+    update, update_engine = update_op(url)
+    engine = make_engine(url)
+    store = SQLWorkflowStore(engine)
+    cc = claim_complete_op(store, n + warmup)
+    prepare, ca = claim_advance_op(store)
+    times: dict[str, list[float]] = {"UPDATE": [], "claim+complete": [], "claim+advance": []}
+    ops = [("UPDATE", update), ("claim+complete", cc), ("claim+advance", ca)]
+    for i in range(n + warmup):
+        prepare()
+        for name, op in ops:
+            t0 = time.perf_counter()
+            op()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    engine.dispose()
+    update_engine.dispose()
+    return times
+
+
+def row(name: str, op: str, times: list[float], update_mean: float) -> str:
+    mean = statistics.fmean(times)
+    median = statistics.median(times)
+    return (
+        f"| {name:<8} | {op:<14} | {1 / mean:>8,.0f} | {mean * 1e3:>7.3f} | "
+        f"{median * 1e3:>9.3f} | {mean / update_mean:>7.2f} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=2000, help="rounds (one of each operation)")
+    parser.add_argument("--backends", default="postgres,mariadb")
+    args = parser.parse_args()
+    lines = [
+        f"n = {args.n} rounds, operations interleaved; one thread; loopback",
+        "",
+        "| server   | operation      |    ops/s | mean ms | median ms | UPDATEs |",
+        "|----------|----------------|----------|---------|-----------|---------|",
+    ]
+    for name in args.backends.split(","):
+        with scratch(SERVERS[name]) as url:
+            upgrade(url)
+            times = measure(url, args.n)
+        update_mean = statistics.fmean(times["UPDATE"])
+        for op, xs in times.items():
+            lines.append(row(name, op, xs, update_mean))
+        print(f"{name}: done", file=sys.stderr)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""An online shop's order fulfilment, written as a pikku-celery workflow."""

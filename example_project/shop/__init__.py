@@ -1,0 +1,1 @@
+"""The shop: its Celery tasks and its workflows."""

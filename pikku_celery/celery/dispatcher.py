@@ -1,0 +1,88 @@
+"""The Celery adapter of the dispatcher port: messages out, tasks and queues known."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from celery import Celery
+
+from ..errors import UnknownTaskError
+from ..store.model import StepState
+from .queues import QueueLeases
+
+RUN_STEP = "pikku.run_step"
+ORCHESTRATE = "pikku.orchestrate"
+SWEEP = "pikku.sweep"
+
+# A countdown must end before the broker would redeliver the message (Redis
+# and SQS restore it after the visibility timeout; RabbitMQ closes a channel
+# that holds an unacked message past its consumer timeout).
+COUNTDOWN_MARGIN = 0.9
+
+
+class CeleryDispatcher:
+    """Sends pikku's own messages (JSON only) to the right queues."""
+
+    def __init__(
+        self, app: Celery, leases: QueueLeases, orchestration_queue: str | None = None
+    ) -> None:
+        self.app = app
+        self.leases = leases
+        self.orchestration_queue = orchestration_queue
+
+    # --- tasks and queues ----------------------------------------------------
+    def task_name(self, task: Any) -> str:
+        name = task if isinstance(task, str) else getattr(task, "name", None)
+        if not isinstance(name, str) or not name:
+            raise UnknownTaskError(
+                f"{task!r} is not a Celery task: pass a task object or its registered name"
+            )
+        if name not in self.app.tasks:
+            raise UnknownTaskError(
+                f"task {name!r} is not registered with Celery app {self.app.main!r}"
+            )
+        if name.startswith("pikku."):
+            raise UnknownTaskError(f"pikku's own task {name!r} cannot be a workflow step")
+        return name
+
+    def task_queue(self, task_name: str) -> str | None:
+        route = self.app.amqp.router.route({}, task_name)
+        queue = route.get("queue")
+        name = getattr(queue, "name", queue)
+        return str(name) if name else None
+
+    def lease_ms(self, queue: str | None) -> int:
+        return max(1, round(self.leases.lease(queue).seconds * 1000))
+
+    def max_countdown(self, queue: str | None) -> float:
+        return self.leases.lease(queue).seconds * COUNTDOWN_MARGIN
+
+    # --- sending -------------------------------------------------------------
+    def send_step(self, step: StepState, countdown: float = 0.0) -> None:
+        options: dict[str, Any] = {}
+        task = self.app.tasks.get(step.task_name or "")
+        if task is not None:
+            # The step keeps the time limits its own task declares.
+            if task.time_limit is not None:
+                options["time_limit"] = task.time_limit
+            if task.soft_time_limit is not None:
+                options["soft_time_limit"] = task.soft_time_limit
+        self.app.send_task(
+            RUN_STEP,
+            args=(step.run_id, step.id, step.attempt, step.task_name, step.queue),
+            queue=step.queue or self.leases.default_queue(),
+            countdown=countdown or None,
+            serializer="json",
+            task_id=str(uuid.uuid4()),
+            **options,
+        )
+
+    def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:
+        self.app.send_task(
+            ORCHESTRATE,
+            args=(run_id, reason),
+            queue=self.orchestration_queue or self.leases.default_queue(),
+            countdown=countdown or None,
+            serializer="json",
+        )

@@ -1,0 +1,140 @@
+"""``Pikku(app, ...)``: durable workflows on an existing Celery app.
+
+Registers three tasks (``pikku.orchestrate``, ``pikku.run_step``,
+``pikku.sweep``), installs the sweep into ``beat_schedule``, resolves each
+queue's lease from the broker's redelivery horizon, and rebuilds database
+connections in every worker process after fork.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import sqlalchemy as sa
+from celery import Celery, signals
+
+from ..db import make_engine
+from ..engine.core import WorkflowEngine
+from ..lease.base import LeaseService
+from ..store.base import WorkflowStore
+from .dispatcher import ORCHESTRATE, RUN_STEP, SWEEP, CeleryDispatcher
+from .queues import QueueLease, QueueLeases
+from .step_body import CeleryStepBody
+
+log = logging.getLogger(__name__)
+
+BEAT_ENTRY = "pikku-sweep"
+
+
+class Pikku(WorkflowEngine):
+    """The workflow engine bound to a Celery app and a SQL database.
+
+    ``database_url`` (or a ready SQLAlchemy ``engine``) holds runs, steps and,
+    unless ``lease_service`` is given (e.g. Redis), the leases too.
+    """
+
+    def __init__(
+        self,
+        app: Celery,
+        database_url: str | None = None,
+        *,
+        engine: sa.Engine | None = None,
+        store: WorkflowStore | None = None,
+        lease_service: LeaseService | None = None,
+        sweep_interval: float = 30.0,
+        queue_leases: dict[str, float] | None = None,
+        default_lease: float | None = None,
+        orchestration_queue: str | None = None,
+        install_beat: bool = True,
+        **options: Any,
+    ) -> None:
+        if store is None and engine is None and database_url is None:
+            raise ValueError("Pikku needs database_url=..., engine=... or store=...")
+        self.app = app
+        self.sql_engine = engine or (make_engine(database_url) if database_url else None)
+        if store is None:
+            from ..store.sql import SQLWorkflowStore
+
+            assert self.sql_engine is not None
+            store = SQLWorkflowStore(self.sql_engine)
+        if lease_service is None:
+            if self.sql_engine is not None:
+                from ..lease.sql import SQLLeaseService
+
+                lease_service = SQLLeaseService(self.sql_engine)
+            else:
+                from ..lease.memory import InMemoryLeaseService
+
+                lease_service = InMemoryLeaseService()
+        self.queue_leases = QueueLeases(app, queue_leases, default_lease)
+        dispatcher = CeleryDispatcher(app, self.queue_leases, orchestration_queue)
+        super().__init__(
+            store,
+            lease_service,
+            dispatcher,
+            orchestration_queue=orchestration_queue,
+            **options,
+        )
+        self.sweep_interval = sweep_interval
+        self._register_tasks()
+        if install_beat:
+            self._install_beat()
+        signals.worker_process_init.connect(self._after_fork, weak=False)
+
+    # --- public helpers ------------------------------------------------------
+    def lease_for_queue(self, queue: str | None = None) -> QueueLease:
+        """The step lease of ``queue`` (default queue when None) and its source."""
+        return self.queue_leases.lease(queue)
+
+    # --- wiring --------------------------------------------------------------
+    def _register_tasks(self) -> None:
+        app = self.app
+        pikku = self
+        common: dict[str, Any] = {
+            "serializer": "json",
+            "ignore_result": True,
+            "acks_late": True,
+            "reject_on_worker_lost": True,
+        }
+
+        @app.task(name=RUN_STEP, bind=True, shared=False, **common)
+        def run_step(
+            self: Any,
+            run_id: str,
+            step_id: str,
+            attempt: int,
+            task_name: str,
+            queue: str | None = None,
+        ) -> None:
+            """Claim the step, run the user's task as this attempt, advance the run."""
+            pikku.execute_step(run_id, step_id, task_name, CeleryStepBody(app, self.request), queue)
+
+        @app.task(name=ORCHESTRATE, shared=False, **common)
+        def orchestrate(run_id: str, reason: str = "") -> None:
+            """One orchestration pass of the run (a wake-up)."""
+            pikku.orchestrate(run_id, reason)
+
+        @app.task(name=SWEEP, shared=False, **common)
+        def sweep() -> dict[str, Any]:
+            """Wake what is stalled: lapsed leases, lost messages, due timers, idle runs."""
+            report = pikku.sweep()
+            return report.__dict__
+
+        self.run_step_task = run_step
+        self.orchestrate_task = orchestrate
+        self.sweep_task = sweep
+
+    def _install_beat(self) -> None:
+        schedule = dict(self.app.conf.beat_schedule or {})
+        schedule[BEAT_ENTRY] = {
+            "task": SWEEP,
+            "schedule": self.sweep_interval,
+            "options": {"expires": self.sweep_interval, "serializer": "json"},
+        }
+        self.app.conf.beat_schedule = schedule
+
+    def _after_fork(self, **_: Any) -> None:
+        # Connections made before fork must not be shared with the parent.
+        if self.sql_engine is not None:
+            self.sql_engine.dispose(close=False)

@@ -1,0 +1,75 @@
+"""Engines and the database clock, shared by the SQL lease service and store.
+
+Every lease and step deadline is judged on the database's clock, expressed as
+epoch milliseconds so the same integer arithmetic works on every dialect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+
+def now_ms_sql(dialect_name: str) -> str:
+    """SQL for 'now' in epoch milliseconds on the database's own clock.
+
+    PostgreSQL: ``clock_timestamp()`` (``now()`` is frozen per transaction).
+    MySQL/MariaDB: ``UTC_TIMESTAMP(6)``, which ignores the session time zone.
+    SQLite: the host clock (SQLite is single-host by nature).
+    """
+    if dialect_name == "postgresql":
+        return "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
+    if dialect_name in ("mysql", "mariadb"):
+        return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+    if dialect_name == "sqlite":
+        return "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+    raise ValueError(f"unsupported database dialect: {dialect_name}")
+
+
+def now_ms_expr(dialect_name: str) -> sa.ColumnElement[int]:
+    """:func:`now_ms_sql` as a typed SQLAlchemy expression."""
+    return sa.literal_column(now_ms_sql(dialect_name), sa.BigInteger())
+
+
+def create_sqlite_engine(url: str, **kwargs: Any) -> sa.Engine:
+    """An SQLite engine fit for several threads and processes.
+
+    WAL lets readers run beside one writer; ``BEGIN IMMEDIATE`` takes the write
+    lock up front so two writers wait on ``busy_timeout`` instead of
+    deadlocking on a lock upgrade.
+    """
+    engine = sa.create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def make_engine(url: str, **kwargs: Any) -> sa.Engine:
+    """An engine for ``url`` with the settings pikku relies on.
+
+    No ``pool_pre_ping``: a ping is a round trip per checkout on the hot path;
+    callers retry on ``OperationalError`` instead.
+    """
+    u = sa.engine.make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return create_sqlite_engine(url, **kwargs)
+    kwargs.setdefault("pool_size", 10)
+    kwargs.setdefault("max_overflow", 20)
+    if u.get_backend_name() in ("mysql", "mariadb"):
+        kwargs.setdefault("pool_recycle", 3600)
+    return sa.create_engine(url, **kwargs)

@@ -1,0 +1,24 @@
+"""The workflow engine: replay, orchestration, step execution and the sweep."""
+
+from .context import Context, StepHandle
+from .core import WorkflowEngine, parse_run_id
+from .dispatcher import Dispatcher
+from .execute import RetryStep, call_with
+from .handle import RunHandle, StepHistory
+from .sweep import SweepReport
+from .workflow import Workflow, WorkflowRegistry
+
+__all__ = [
+    "Context",
+    "Dispatcher",
+    "RetryStep",
+    "RunHandle",
+    "StepHandle",
+    "StepHistory",
+    "SweepReport",
+    "Workflow",
+    "WorkflowEngine",
+    "WorkflowRegistry",
+    "call_with",
+    "parse_run_id",
+]

@@ -1,0 +1,372 @@
+"""``Context``: what a workflow body calls during one replay pass.
+
+The body is re-run from the top on every pass. Each call either returns what
+is recorded, records something new for the store to apply, or suspends the
+pass (a :class:`Suspend` that user code cannot swallow with ``except
+Exception``) because the run has to wait.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SignalTimeoutError, StepFailedError, WorkflowNondeterminismError
+from ..payload import check_json
+from ..store.model import (
+    JSON,
+    Decision,
+    NewRun,
+    NewStep,
+    RunView,
+    StepKind,
+    StepResolution,
+    StepState,
+    StepStatus,
+    step_id_for,
+)
+
+if TYPE_CHECKING:
+    from .workflow import Workflow
+
+
+class Suspend(BaseException):
+    """Ends a pass: the run waits for something in flight."""
+
+
+@dataclass
+class StepHandle:
+    """A step put in flight by ``step_async``/``child_async``; join with ``gather``."""
+
+    name: str
+
+
+@dataclass
+class _PassState:
+    decision: Decision = field(default_factory=Decision)
+    reached: list[str] = field(default_factory=list)
+    in_flight_wakes: list[int] = field(default_factory=list)
+
+
+def _seconds(value: float | timedelta) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"a duration must be a finite number of seconds >= 0, got {value!r}")
+    return seconds
+
+
+class Context:
+    """The workflow body's handle on its run."""
+
+    def __init__(
+        self,
+        view: RunView,
+        resolve_task: Callable[[Any], str],
+        task_queue: Callable[[str], str | None],
+        lookup_workflow: Callable[[str | Workflow], Workflow],
+    ) -> None:
+        self._view = view
+        self._recorded = sorted(view.steps, key=lambda s: s.seq)
+        self._by_name = {s.name: s for s in self._recorded}
+        self._resolve_task = resolve_task
+        self._task_queue = task_queue
+        self._lookup_workflow = lookup_workflow
+        self._pass = _PassState()
+        self._settled_now: dict[str, StepState] = {}
+
+    # --- identity and time ---------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self._view.run.id
+
+    @property
+    def input(self) -> JSON:
+        return self._view.run.input
+
+    def idempotency_key(self, step_name: str) -> str:
+        """A stable key for the step's external side effects (payment APIs)."""
+        return step_id_for(self.run_id, step_name)
+
+    def now(self) -> datetime:
+        """The store's time, recorded on first reach so replays see the same."""
+        name = f"now#{sum(1 for n in self._pass.reached if n.startswith('now#'))}"
+        step = self._reach(name, StepKind.VALUE)
+        if step is not None:
+            return datetime.fromtimestamp(int(step.result) / 1000, tz=UTC)
+        self._record(NewStep(name, 0, StepKind.VALUE, StepStatus.SUCCEEDED, result=self._view.now))
+        return datetime.fromtimestamp(self._view.now / 1000, tz=UTC)
+
+    # --- task steps ------------------------------------------------------------
+    def step(
+        self,
+        name: str,
+        task: Any,
+        *args: Any,
+        retries: int = 0,
+        retry_delay: float | timedelta = 1.0,
+        backoff: float = 2.0,
+        queue: str | None = None,
+        **kwargs: Any,
+    ) -> JSON:
+        """Run ``task`` as a step and return its result (recorded after the first run).
+
+        Raises :class:`StepFailedError` once its ``retries + 1`` attempts failed.
+        """
+        handle = self.step_async(
+            name,
+            task,
+            *args,
+            retries=retries,
+            retry_delay=retry_delay,
+            backoff=backoff,
+            queue=queue,
+            **kwargs,
+        )
+        return self.gather(handle)[0]
+
+    def step_async(
+        self,
+        name: str,
+        task: Any,
+        *args: Any,
+        retries: int = 0,
+        retry_delay: float | timedelta = 1.0,
+        backoff: float = 2.0,
+        queue: str | None = None,
+        **kwargs: Any,
+    ) -> StepHandle:
+        """Put a step in flight without waiting; join it with :meth:`gather`."""
+        if not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"step {name!r}: retries must be an int >= 0, got {retries!r}")
+        if backoff < 1:
+            raise ValueError(f"step {name!r}: backoff must be >= 1, got {backoff!r}")
+        delay = _seconds(retry_delay)
+        step = self._reach(name, StepKind.TASK)
+        if step is None:
+            task_name = self._resolve_task(task)
+            check_json(list(args), f"step {name!r}", "args")
+            check_json(kwargs, f"step {name!r}", "kwargs")
+            self._record(
+                NewStep(
+                    name,
+                    0,
+                    StepKind.TASK,
+                    StepStatus.SCHEDULED,
+                    task_name=task_name,
+                    queue=queue or self._task_queue(task_name),
+                    args=list(args),
+                    kwargs=dict(kwargs),
+                    max_attempts=retries + 1,
+                    retry_delay=delay,
+                    backoff=float(backoff),
+                )
+            )
+        elif (
+            step.status == StepStatus.FAILED
+            and step.wake_at is not None
+            and step.scheduled_at is None
+        ):
+            # Waiting for its next attempt: its message carries the countdown
+            # (or, beyond the queue's horizon, the sweep sends it when due).
+            self._pass.decision.redispatch.append(step.id)
+        return StepHandle(name)
+
+    # --- joining ---------------------------------------------------------------
+    def gather(self, *handles: StepHandle, return_exceptions: bool = False) -> list[Any]:
+        """Wait until every handle's step settled; results in order.
+
+        The first failure (in order) is raised as :class:`StepFailedError`,
+        or returned in its place with ``return_exceptions=True``.
+        """
+        steps = [self._current(h.name) for h in handles]
+        if any(s is None or not s.settled for s in steps):
+            raise Suspend
+        results: list[Any] = []
+        for s in steps:
+            assert s is not None
+            if s.status == StepStatus.SUCCEEDED:
+                results.append(s.result)
+                continue
+            err = _step_failed(s)
+            if not return_exceptions:
+                raise err
+            results.append(err)
+        return results
+
+    # --- timers -------------------------------------------------------------------
+    def sleep(self, name: str, duration: float | timedelta) -> None:
+        """A durable timer: the run sleeps in the database, not in a worker."""
+        seconds = _seconds(duration)
+        self._timer(name, lambda: self._view.now + round(seconds * 1000))
+
+    def sleep_until(self, name: str, when: datetime) -> None:
+        """Sleep until ``when`` (an aware datetime) on the store's clock."""
+        if when.tzinfo is None:
+            raise ValueError(f"sleep_until({name!r}): give an aware datetime (e.g. UTC)")
+        self._timer(name, lambda: round(when.timestamp() * 1000))
+
+    def _timer(self, name: str, due: Callable[[], int]) -> None:
+        step = self._reach(name, StepKind.SLEEP)
+        now = self._view.now
+        if step is None:
+            wake_at = due()
+            if wake_at <= now:
+                self._record(NewStep(name, 0, StepKind.SLEEP, StepStatus.SUCCEEDED))
+                return
+            self._record(NewStep(name, 0, StepKind.SLEEP, StepStatus.SCHEDULED, wake_at=wake_at))
+            self._pass.in_flight_wakes.append(wake_at)
+            raise Suspend
+        if step.settled:
+            return
+        if step.wake_at is not None and step.wake_at <= now:
+            self._resolve(step, ok=True)
+            return
+        if step.wake_at is not None:
+            self._pass.in_flight_wakes.append(step.wake_at)
+        raise Suspend
+
+    # --- signals --------------------------------------------------------------------
+    def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> JSON:
+        """Wait for ``send_signal(run_id, name, payload)``; returns the payload.
+
+        Raises :class:`SignalTimeoutError` when ``timeout`` passes first.
+        """
+        step_name = f"signal:{name}"
+        step = self._reach(step_name, StepKind.SIGNAL)
+        signals = self._view.signals
+        now = self._view.now
+        if step is None:
+            if name in signals:
+                self._record(
+                    NewStep(
+                        step_name, 0, StepKind.SIGNAL, StepStatus.SUCCEEDED, result=signals[name]
+                    )
+                )
+                return signals[name]
+            wake_at = None if timeout is None else now + round(_seconds(timeout) * 1000)
+            self._record(
+                NewStep(step_name, 0, StepKind.SIGNAL, StepStatus.SCHEDULED, wake_at=wake_at)
+            )
+            if wake_at is not None:
+                self._pass.in_flight_wakes.append(wake_at)
+            raise Suspend
+        if step.status == StepStatus.SUCCEEDED:
+            return step.result
+        if step.settled:
+            raise SignalTimeoutError(name)
+        if name in signals:
+            self._resolve(step, ok=True, result=signals[name])
+            return signals[name]
+        if step.wake_at is not None and step.wake_at <= now:
+            self._resolve(step, ok=False, error=_timeout_error(name))
+            raise SignalTimeoutError(name)
+        if step.wake_at is not None:
+            self._pass.in_flight_wakes.append(step.wake_at)
+        raise Suspend
+
+    # --- child workflows ----------------------------------------------------------
+    def child(self, name: str, workflow: str | Workflow, input: JSON = None) -> JSON:
+        """Run a child workflow and return its output; its failure raises
+        :class:`StepFailedError` here."""
+        return self.gather(self.child_async(name, workflow, input))[0]
+
+    def child_async(self, name: str, workflow: str | Workflow, input: JSON = None) -> StepHandle:
+        """Start a child run without waiting; join it with :meth:`gather`."""
+        step = self._reach(name, StepKind.CHILD)
+        if step is None:
+            wf = self._lookup_workflow(workflow)
+            check_json(input, f"child step {name!r}", "input")
+            self._record(
+                NewStep(
+                    name,
+                    0,
+                    StepKind.CHILD,
+                    StepStatus.RUNNING,
+                    child=NewRun(workflow=wf.name, input=input),
+                )
+            )
+        return StepHandle(name)
+
+    # --- bookkeeping ----------------------------------------------------------------
+    def _reach(self, name: str, kind: StepKind) -> StepState | None:
+        """Check order and uniqueness; return the recorded step, if any."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"step names are non-empty strings, got {name!r}")
+        reached = self._pass.reached
+        if name in reached:
+            raise WorkflowNondeterminismError(
+                f"step name {name!r} is used twice in run {self.run_id} "
+                f"(as step #{reached.index(name) + 1} and step #{len(reached) + 1}); "
+                "step names must be unique within a run"
+            )
+        index = len(reached)
+        reached.append(name)
+        if index < len(self._recorded):
+            recorded = self._recorded[index]
+            if recorded.name != name or recorded.kind != kind:
+                raise WorkflowNondeterminismError(
+                    f"replay of run {self.run_id} reached {kind.value} step {name!r} as step "
+                    f"#{index + 1}, but step #{index + 1} was recorded as {recorded.kind.value} "
+                    f"step {recorded.name!r}; the workflow body must reach steps in the same "
+                    "order on every replay"
+                )
+            return self._settled_now.get(name, recorded)
+        return None
+
+    def _record(self, new: NewStep) -> None:
+        seq = len(self._pass.reached) - 1
+        self._pass.decision.new_steps.append(replace(new, seq=seq))
+        if new.status in (StepStatus.SUCCEEDED,):
+            # Settled on record: later calls in this pass may read it.
+            self._settled_now[new.name] = StepState(
+                id=step_id_for(self.run_id, new.name),
+                run_id=self.run_id,
+                name=new.name,
+                seq=seq,
+                kind=new.kind,
+                status=new.status,
+                result=new.result,
+            )
+
+    def _current(self, name: str) -> StepState | None:
+        if name in self._settled_now:
+            return self._settled_now[name]
+        return self._by_name.get(name)
+
+    def _resolve(
+        self, step: StepState, *, ok: bool, result: JSON = None, error: dict[str, Any] | None = None
+    ) -> None:
+        self._pass.decision.resolutions.append(StepResolution(step.id, ok, result, error))
+        self._settled_now[step.name] = replace(
+            step,
+            status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
+            result=result,
+            error=error,
+            wake_at=None,
+        )
+
+
+def _step_failed(step: StepState) -> StepFailedError:
+    err = step.error or {}
+    return StepFailedError(
+        step.name,
+        str(err.get("type", "Error")),
+        str(err.get("message", "")),
+        str(err.get("traceback", "")),
+    )
+
+
+def _timeout_error(name: str) -> dict[str, Any]:
+    return {
+        "type": "SignalTimeoutError",
+        "message": f"signal {name!r} did not arrive before its timeout",
+        "traceback": "",
+    }
+
+
+def pass_state(ctx: Context) -> tuple[Decision, Sequence[int]]:
+    """The decision a finished pass produced, and the wake times it waits on."""
+    return ctx._pass.decision, ctx._pass.in_flight_wakes

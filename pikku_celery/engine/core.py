@@ -1,0 +1,169 @@
+"""``WorkflowEngine``: the workflow registry bound to its three ports."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, overload
+
+from ..errors import PayloadError, RunSettledError
+from ..lease.base import LeaseService
+from ..payload import dumps
+from ..store.base import WorkflowStore
+from ..store.model import JSON, NewRun, RunState
+from .dispatcher import Dispatcher
+from .execute import StepBody, execute_step
+from .handle import RunHandle
+from .keeper import StepLeaseKeeper
+from .orchestrate import advance, orchestrate
+from .sweep import SweepReport, sweep
+from .workflow import Workflow, WorkflowFunction, WorkflowRegistry
+
+log = logging.getLogger(__name__)
+
+
+def parse_run_id(run_id: str) -> str:
+    """Refuse a malformed run id at the boundary, with the value shown."""
+    try:
+        return str(uuid.UUID(str(run_id)))
+    except ValueError:
+        raise ValueError(f"{run_id!r} is not a workflow run id (a UUID)") from None
+
+
+class WorkflowEngine:
+    """Pure workflow logic over a store, a lease service and a dispatcher.
+
+    Knows nothing of Celery or SQL; :class:`pikku_celery.Pikku` builds one
+    from a Celery app.
+    """
+
+    def __init__(
+        self,
+        store: WorkflowStore,
+        leases: LeaseService,
+        dispatcher: Dispatcher,
+        *,
+        worker_id: str | None = None,
+        orchestration_queue: str | None = None,
+        run_lease_ttl: float = 30.0,
+        sweep_lease_ttl: float = 60.0,
+        sweep_backoff: float = 5.0,
+        message_grace: float = 30.0,
+        idle_after: float = 60.0,
+        max_input_bytes: int = 1_000_000,
+    ) -> None:
+        self.store = store
+        self.leases = leases
+        self.dispatcher = dispatcher
+        self.registry = WorkflowRegistry()
+        self.keeper = StepLeaseKeeper(store)
+        self._worker_id = worker_id
+        self.orchestration_queue = orchestration_queue
+        self.run_lease_ttl = run_lease_ttl
+        self.sweep_lease_ttl = sweep_lease_ttl
+        self.sweep_backoff = sweep_backoff
+        self.message_grace = message_grace
+        self.idle_after = idle_after
+        self.max_input_bytes = max_input_bytes
+        self._warned_queues: set[str | None] = set()
+        self._warn_lock = threading.Lock()
+
+    @property
+    def worker_id(self) -> str:
+        """Who holds a lease: host and process (recomputed after fork)."""
+        return self._worker_id or f"{socket.gethostname()}:{os.getpid()}"
+
+    # --- defining ------------------------------------------------------------
+    @overload
+    def workflow(self, fn: WorkflowFunction, *, name: str | None = None) -> Workflow: ...
+
+    @overload
+    def workflow(
+        self, fn: None = None, *, name: str | None = None
+    ) -> Callable[[WorkflowFunction], Workflow]: ...
+
+    def workflow(
+        self, fn: WorkflowFunction | None = None, *, name: str | None = None
+    ) -> Workflow | Callable[[WorkflowFunction], Workflow]:
+        """Register a workflow body ``fn(ctx, input)``; usable bare or with ``name=``."""
+
+        def register(f: WorkflowFunction) -> Workflow:
+            wf = Workflow(self, f, name or f"{f.__module__}.{f.__qualname__}")
+            self.registry.add(wf)
+            return wf
+
+        return register(fn) if fn is not None else register
+
+    # --- starting and steering -----------------------------------------------
+    def start(
+        self, workflow: str | Workflow, input: JSON = None, *, idempotency_key: str | None = None
+    ) -> RunHandle:
+        """Record a new run and take its first pass right here.
+
+        Input that is not JSON (or too large) is refused before anything is
+        written, naming the offending value's path.
+        """
+        wf = self.registry.get(workflow)
+        dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
+        if idempotency_key is not None and not isinstance(idempotency_key, str):
+            raise PayloadError(
+                f"idempotency_key must be a str, got {type(idempotency_key).__name__}"
+            )
+        run, created = self.store.create_run(
+            NewRun(workflow=wf.name, input=input, idempotency_key=idempotency_key)
+        )
+        if created:
+            advance(self, run.id, None, reason="start")
+        return RunHandle(self, run.id)
+
+    def handle(self, run_id: str) -> RunHandle:
+        return RunHandle(self, parse_run_id(run_id))
+
+    def send_signal(self, run_id: str, name: str, payload: JSON = None) -> RunState:
+        """Deliver a signal; the run's next pass sees it. A settled run refuses it."""
+        run = self.store.send_signal(parse_run_id(run_id), name, payload)
+        self.dispatcher.wake_run(run.id, reason="signal")
+        return run
+
+    def cancel(self, run_id: str) -> RunState:
+        """Ask a run to end as cancelled (its children too). A settled run refuses."""
+        run = self.store.request_cancel(parse_run_id(run_id))
+        if run.status.terminal:
+            raise RunSettledError(f"workflow run {run.id} is already {run.status}")
+        self.dispatcher.wake_run(run.id, reason="cancel")
+        return run
+
+    def retry(self, run_id: str) -> RunState:
+        """Resume a failed run from its failed steps, with fresh attempts."""
+        run = self.store.retry_run(parse_run_id(run_id))
+        self.dispatcher.wake_run(run.id, reason="retry")
+        return run
+
+    # --- what workers do -----------------------------------------------------
+    def orchestrate(self, run_id: str, reason: str = "") -> None:
+        orchestrate(self, run_id, reason)
+
+    def execute_step(
+        self, run_id: str, step_id: str, task_name: str, body: StepBody, queue: str | None = None
+    ) -> Any:
+        return execute_step(self, run_id, step_id, task_name, body, queue)
+
+    def sweep(self, limit: int = 200) -> SweepReport:
+        return sweep(self, limit)
+
+    def warn_short_lease(self, queue: str | None, lease_ms: int) -> None:
+        with self._warn_lock:
+            if queue in self._warned_queues:
+                return
+            self._warned_queues.add(queue)
+        log.warning(
+            "queue %r gives steps a lease of %d ms (under 2 s): it is renewed at half its "
+            "length anyway, but raise the queue's visibility timeout "
+            "(broker_transport_options['visibility_timeout'] or pikku's queue_leases)",
+            queue,
+            lease_ms,
+        )

@@ -1,0 +1,121 @@
+"""Executing one step attempt: claim, run the body under a lease, advance."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PayloadError, WorkflowStepFunctionMismatchError
+from ..payload import check_json
+from ..store.model import JSON, StepOutcome, StepState, StepStatus
+from .orchestrate import advance
+from .replay import error_info
+
+if TYPE_CHECKING:
+    from .core import WorkflowEngine
+
+log = logging.getLogger(__name__)
+
+SHORT_LEASE_MS = 2000
+
+StepBody = Callable[[StepState], JSON]
+
+
+class RetryStep(Exception):
+    """Raised from a step body to ask for another attempt (Celery's ``self.retry``)."""
+
+    def __init__(self, countdown: float | None = None, exc: BaseException | None = None) -> None:
+        super().__init__(str(exc) if exc else "retry requested")
+        self.countdown = countdown
+        self.exc = exc
+
+
+def retry_delay(step: StepState) -> float:
+    """The wait before the next attempt: ``retry_delay * backoff ** (attempt - 1)``."""
+    return float(step.retry_delay * step.backoff ** max(0, step.attempt - 1))
+
+
+def execute_step(
+    engine: WorkflowEngine,
+    run_id: str,
+    step_id: str,
+    task_name: str,
+    body: StepBody,
+    queue: str | None = None,
+) -> StepOutcome | None:
+    """Run one attempt of a step if this message wins the claim.
+
+    Returns the outcome written, or None when the message had nothing to do
+    (someone else owns the step, it is settled, or it was superseded).
+    """
+    lease_ms = engine.dispatcher.lease_ms(queue)
+    if lease_ms < SHORT_LEASE_MS:
+        engine.warn_short_lease(queue, lease_ms)
+    try:
+        step = engine.store.claim_step(step_id, task_name, engine.worker_id, lease_ms)
+    except WorkflowStepFunctionMismatchError as exc:
+        log.error("refused a step message: %s", exc)
+        return None
+    if step is None:
+        _unclaimed(engine, step_id)
+        return None
+    holding = engine.keeper.hold(step.id, step.attempt, lease_ms)
+    try:
+        outcome = _run_body(step, body)
+    finally:
+        engine.keeper.drop(holding)
+    if advance(engine, run_id, outcome) is None:
+        return None
+    return outcome
+
+
+def _run_body(step: StepState, body: StepBody) -> StepOutcome:
+    try:
+        result = body(step)
+        check_json(result, f"step {step.name!r}", "result")
+    except PayloadError as exc:  # a result that cannot be stored: not retried
+        return StepOutcome(step.id, step.attempt, ok=False, error=error_info(exc))
+    except RetryStep as req:
+        cause = req.exc or req
+        wait = req.countdown if req.countdown is not None else retry_delay(step)
+        return StepOutcome(
+            step.id, step.attempt, ok=False, error=error_info(cause), retry_delay=wait
+        )
+    except Exception as exc:
+        more = step.attempt < step.max_attempts
+        return StepOutcome(
+            step.id,
+            step.attempt,
+            ok=False,
+            error=error_info(exc),
+            retry_delay=retry_delay(step) if more else None,
+        )
+    return StepOutcome(step.id, step.attempt, ok=True, result=result)
+
+
+def _unclaimed(engine: WorkflowEngine, step_id: str) -> None:
+    """A message that lost the claim: re-time early retries, expire dead ones."""
+    store = engine.store
+    step = store.get_step(step_id)
+    if step is None:
+        log.warning("step message for unknown step %s", step_id)
+        return
+    now = store.now_ms()
+    if step.status == StepStatus.FAILED and step.wake_at is not None and step.wake_at > now:
+        countdown = (step.wake_at - now) / 1000
+        if countdown <= engine.dispatcher.max_countdown(step.queue):
+            engine.dispatcher.send_step(step, countdown)
+    elif (
+        step.status == StepStatus.RUNNING
+        and step.lease_expires_at is not None
+        and step.lease_expires_at <= now
+        and step.attempt >= step.max_attempts
+        and store.expire_step(step.id)
+    ):
+        engine.dispatcher.wake_run(step.run_id, reason="lease-expired")
+
+
+def call_with(fn: Callable[..., Any]) -> StepBody:
+    """A step body that calls ``fn(*args, **kwargs)`` of the step."""
+    return lambda step: fn(*step.args, **step.kwargs)

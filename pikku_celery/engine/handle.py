@@ -1,0 +1,97 @@
+"""``RunHandle``: what ``start`` returns, to watch, wait on or cancel a run."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import (
+    RunNotFoundError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowTimeoutError,
+)
+from ..store.model import JSON, AttemptState, RunState, RunStatus, StepState
+
+if TYPE_CHECKING:
+    from .core import WorkflowEngine
+
+
+@dataclass(frozen=True)
+class StepHistory:
+    """A step with every attempt it took, oldest first."""
+
+    step: StepState
+    attempts: list[AttemptState]
+
+
+class RunHandle:
+    def __init__(self, engine: WorkflowEngine, run_id: str) -> None:
+        self.engine = engine
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id}>"
+
+    def state(self) -> RunState:
+        run = self.engine.store.get_run(self.run_id)
+        if run is None:
+            raise RunNotFoundError(f"no workflow run {self.run_id!r}")
+        return run
+
+    def status(self) -> RunStatus:
+        return self.state().status
+
+    def wait(self, timeout: float | None = None) -> JSON:
+        """The run's output once it completes.
+
+        Raises :class:`WorkflowFailedError` / :class:`WorkflowCancelledError`
+        when it ends otherwise, :class:`WorkflowTimeoutError` after
+        ``timeout`` seconds. Polls from 1 ms, backing off to 50 ms, so a
+        short run is not slowed by the wait itself.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            run = self.state()
+            if run.status.terminal:
+                return _outcome(run)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WorkflowTimeoutError(
+                    f"workflow run {self.run_id} still {run.status} after {timeout} s"
+                )
+            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+            delay = min(delay * 1.5, 0.05)
+
+    def result(self) -> JSON:
+        """The output of a settled run (raises like :meth:`wait` otherwise)."""
+        return _outcome(self.state())
+
+    def cancel(self) -> RunState:
+        return self.engine.cancel(self.run_id)
+
+    def signal(self, name: str, payload: JSON = None) -> RunState:
+        return self.engine.send_signal(self.run_id, name, payload)
+
+    def steps(self) -> list[StepHistory]:
+        """Every step with its attempt history, in the order recorded."""
+        store = self.engine.store
+        attempts: dict[str, list[AttemptState]] = {}
+        for a in store.get_attempts(self.run_id):
+            attempts.setdefault(a.step_id, []).append(a)
+        return [
+            StepHistory(s, sorted(attempts.get(s.id, []), key=lambda a: a.attempt))
+            for s in store.get_steps(self.run_id)
+        ]
+
+
+def _outcome(run: RunState) -> JSON:
+    if run.status == RunStatus.COMPLETED:
+        return run.output
+    if run.status == RunStatus.CANCELLED:
+        raise WorkflowCancelledError(run.id)
+    if run.status == RunStatus.FAILED:
+        raise WorkflowFailedError(run.id, run.error)
+    raise WorkflowTimeoutError(f"workflow run {run.id} is still {run.status}")

@@ -1,0 +1,104 @@
+"""One background thread per process renews the leases of running steps.
+
+A step shorter than half its lease never renews: its first renewal is due at
+lease/2 and it is dropped before then. A refused renewal (the step moved on to
+another attempt) sets ``lost`` at once; a renewal that errors (store briefly
+down) is a loss only once the lease's own deadline has passed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..store.base import WorkflowStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class StepHolding:
+    step_id: str
+    attempt: int
+    lease_ms: int
+    lost: threading.Event = field(default_factory=threading.Event)
+    renewals: int = 0
+    deadline: float = 0.0  # monotonic: when the last granted lease ends
+    dropped: bool = False
+
+
+class StepLeaseKeeper:
+    def __init__(self, store: WorkflowStore) -> None:
+        self._store = store
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, StepHolding]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def hold(self, step_id: str, attempt: int, lease_ms: int) -> StepHolding:
+        now = time.monotonic()
+        holding = StepHolding(step_id, attempt, lease_ms, deadline=now + lease_ms / 1000)
+        with self._cond:
+            self._ensure_thread()
+            heapq.heappush(self._heap, (now + lease_ms / 2000, next(self._seq), holding))
+            self._cond.notify()
+        return holding
+
+    def drop(self, holding: StepHolding) -> None:
+        # Lazy removal: the thread skips dropped holdings when they come due.
+        holding.dropped = True
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+            return
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="pikku-step-leases", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                due, _, holding = self._heap[0]
+                wait = due - time.monotonic()
+                if wait > 0 and not holding.dropped:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+            if holding.dropped:
+                continue
+            next_due = self._renew(holding)
+            if next_due is not None:
+                with self._cond:
+                    heapq.heappush(self._heap, (next_due, next(self._seq), holding))
+
+    def _renew(self, holding: StepHolding) -> float | None:
+        started = time.monotonic()
+        half = holding.lease_ms / 2000
+        try:
+            ok = self._store.refresh_step_lease(holding.step_id, holding.attempt, holding.lease_ms)
+        except Exception as exc:
+            if time.monotonic() >= holding.deadline:
+                log.warning("step %s lost its lease: store unreachable", holding.step_id)
+                holding.lost.set()
+                return None
+            log.info("renewing step %s failed, retrying: %s", holding.step_id, exc)
+            return time.monotonic() + min(half / 2, max(0.05, holding.deadline - time.monotonic()))
+        if not ok:
+            log.warning(
+                "step %s attempt %d lost its lease: another attempt owns it",
+                holding.step_id,
+                holding.attempt,
+            )
+            holding.lost.set()
+            return None
+        holding.renewals += 1
+        holding.deadline = started + holding.lease_ms / 1000
+        return started + half

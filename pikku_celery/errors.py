@@ -1,0 +1,162 @@
+"""Every exception a user of pikku-celery can catch.
+
+All derive from :class:`PikkuError` so one ``except`` can cover the library.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PikkuError(Exception):
+    """Base class of every pikku-celery error."""
+
+
+# --- leases -----------------------------------------------------------------
+
+
+class LeaseError(PikkuError):
+    """Base class of lease errors."""
+
+
+class LeaseTakenError(LeaseError):
+    """The key is held by another holder whose lease is still live."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"lease {key!r} is held by another holder")
+        self.key = key
+
+
+class LeaseLostError(LeaseError):
+    """The lease lapsed or changed hands while the guarded work ran.
+
+    Whatever the work produced must not be taken as produced under the lease.
+    """
+
+    def __init__(self, key: str, detail: str = "") -> None:
+        msg = f"lease {key!r} was lost while the work ran"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+        self.key = key
+
+
+# --- store ------------------------------------------------------------------
+
+
+class StoreError(PikkuError):
+    """Base class of workflow store errors."""
+
+
+class SchemaMissingError(StoreError):
+    """The database lacks pikku's tables or columns; migrations must be run."""
+
+
+class PayloadError(StoreError, TypeError):
+    """A value handed to pikku is not JSON (or too large); nothing was written."""
+
+
+class DuplicateStepError(StoreError):
+    """A run already has a step of that name (step names are unique per run)."""
+
+
+class RunSettledError(StoreError):
+    """The run has ended; it takes no more signals or changes."""
+
+
+class RunNotFoundError(StoreError, LookupError):
+    """No workflow run has the given id."""
+
+
+class WorkflowStepSupersededError(StoreError):
+    """An outcome write came from an attempt that is no longer current.
+
+    Raised by fenced writes; nothing was changed.
+    """
+
+    def __init__(self, step_id: str, attempt: int) -> None:
+        super().__init__(f"step {step_id} attempt {attempt} is no longer the current attempt")
+        self.step_id = step_id
+        self.attempt = attempt
+
+
+class WorkflowStepLeaseExpiredError(StoreError):
+    """A step lost its worker on every one of its attempts."""
+
+
+class WorkflowStepFunctionMismatchError(StoreError):
+    """A step message names a different task than the one recorded for the step."""
+
+    def __init__(self, step_id: str, recorded: str | None, received: str) -> None:
+        super().__init__(
+            f"step {step_id} was recorded for task {recorded!r} but the message names {received!r}"
+        )
+        self.step_id = step_id
+        self.recorded = recorded
+        self.received = received
+
+
+# --- workflows --------------------------------------------------------------
+
+
+class WorkflowError(PikkuError):
+    """Base class of workflow errors."""
+
+
+class UnknownWorkflowError(WorkflowError, LookupError):
+    """No workflow is registered under that name."""
+
+
+class UnknownTaskError(WorkflowError, LookupError):
+    """A step names a task that is not registered with the workers' app."""
+
+
+class WorkflowNondeterminismError(WorkflowError):
+    """A replay reached steps in a different order than recorded."""
+
+
+class StepFailedError(WorkflowError):
+    """A step failed for good; the body may catch it to compensate."""
+
+    def __init__(
+        self,
+        step: str,
+        error_type: str,
+        message: str,
+        traceback: str = "",
+    ) -> None:
+        super().__init__(f"step {step!r} failed: {error_type}: {message}")
+        self.step = step
+        self.error_type = error_type
+        self.message = message
+        self.traceback = traceback
+
+
+class SignalTimeoutError(WorkflowError):
+    """``ctx.wait_for_signal`` reached its timeout before the signal came."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"signal {name!r} did not arrive before its timeout")
+        self.name = name
+
+
+class WorkflowFailedError(WorkflowError):
+    """The run ended failed; ``error`` holds the recorded error."""
+
+    def __init__(self, run_id: str, error: dict[str, Any] | None) -> None:
+        err = error or {}
+        super().__init__(
+            f"workflow run {run_id} failed: {err.get('type', 'Error')}: {err.get('message', '')}"
+        )
+        self.run_id = run_id
+        self.error = err
+
+
+class WorkflowCancelledError(WorkflowError):
+    """The run was cancelled."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"workflow run {run_id} was cancelled")
+        self.run_id = run_id
+
+
+class WorkflowTimeoutError(WorkflowError, TimeoutError):
+    """``RunHandle.wait`` gave up before the run settled."""

@@ -1,0 +1,48 @@
+"""The workflow store: runs, steps and attempts, with fenced outcomes."""
+
+from .base import Decide, WorkflowStore
+from .memory import InMemoryWorkflowStore
+from .model import (
+    JSON,
+    AdvanceResult,
+    AttemptState,
+    AttemptStatus,
+    Decision,
+    ErrorInfo,
+    NewRun,
+    NewStep,
+    RunState,
+    RunStatus,
+    RunView,
+    StepKind,
+    StepOutcome,
+    StepResolution,
+    StepState,
+    StepStatus,
+    step_id_for,
+)
+from .sql import SQLWorkflowStore
+
+__all__ = [
+    "JSON",
+    "AdvanceResult",
+    "AttemptState",
+    "AttemptStatus",
+    "Decide",
+    "Decision",
+    "ErrorInfo",
+    "InMemoryWorkflowStore",
+    "NewRun",
+    "NewStep",
+    "RunState",
+    "RunStatus",
+    "RunView",
+    "SQLWorkflowStore",
+    "StepKind",
+    "StepOutcome",
+    "StepResolution",
+    "StepState",
+    "StepStatus",
+    "WorkflowStore",
+    "step_id_for",
+]

@@ -1,0 +1,154 @@
+"""The workflow store port: the source of truth of every run.
+
+Ownership operations (claim, complete, fail, refresh) are each one guarded
+write judged on the store's clock; :meth:`WorkflowStore.advance` is the
+orchestration pass's single transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from .model import (
+    JSON,
+    AdvanceResult,
+    AttemptState,
+    Decision,
+    ErrorInfo,
+    NewRun,
+    RunState,
+    RunStatus,
+    RunView,
+    StepOutcome,
+    StepState,
+)
+
+Decide = Callable[[RunView], Decision]
+
+
+@runtime_checkable
+class WorkflowStore(Protocol):
+    # --- clock ---------------------------------------------------------------
+    def now_ms(self) -> int:
+        """The store's clock, epoch milliseconds."""
+        ...
+
+    # --- runs ----------------------------------------------------------------
+    def create_run(self, new: NewRun) -> tuple[RunState, bool]:
+        """Insert a running run; with an idempotency key already used for the
+        same workflow, return that run instead. The bool says if it was created."""
+        ...
+
+    def get_run(self, run_id: str) -> RunState | None: ...
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[RunState]:
+        """Newest first; ``since``/``until`` bound ``created_at`` (epoch ms)."""
+        ...
+
+    def request_cancel(self, run_id: str) -> RunState:
+        """Flag a live run for cancellation (the next pass ends it). Raises
+        :class:`RunNotFoundError`; a settled run is returned unchanged."""
+        ...
+
+    def send_signal(self, run_id: str, name: str, payload: JSON) -> RunState:
+        """Record a signal for the run (first one of a name wins) and bump its
+        version so the next pass sees it. Raises on an unknown run."""
+        ...
+
+    def retry_run(self, run_id: str) -> RunState:
+        """Reopen a failed run: its failed steps get fresh attempts."""
+        ...
+
+    # --- steps ---------------------------------------------------------------
+    def get_steps(self, run_id: str) -> list[StepState]:
+        """All steps of a run in one query, in the order they were recorded."""
+        ...
+
+    def get_step(self, step_id: str) -> StepState | None: ...
+
+    def get_attempts(self, run_id: str) -> list[AttemptState]:
+        """Every attempt of every step of the run, oldest first."""
+        ...
+
+    def claim_step(
+        self, step_id: str, task_name: str, worker: str, lease_ms: int
+    ) -> StepState | None:
+        """Take the step for a new attempt, in one guarded write.
+
+        pending/scheduled -> running (attempt + 1); failed with attempts left
+        and its retry due, or running with a lapsed lease and attempts left ->
+        running as attempt + 1. The lease is written on the store's clock.
+        None when someone else owns it or it is settled. Raises
+        :class:`WorkflowStepFunctionMismatchError` if ``task_name`` differs
+        from the recorded one.
+        """
+        ...
+
+    def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
+        """Extend the lease of the current attempt; None parks the step.
+        False once the step is no longer that attempt's."""
+        ...
+
+    def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
+        """Fenced success: raises :class:`WorkflowStepSupersededError` and
+        changes nothing unless ``attempt`` is current and running."""
+        ...
+
+    def fail_step(
+        self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None
+    ) -> None:
+        """Fenced failure; ``retry_delay`` keeps attempts open (if any are left)."""
+        ...
+
+    def expire_step(self, step_id: str) -> bool:
+        """Fail a running step whose lease lapsed with no attempts left
+        (``WorkflowStepLeaseExpiredError``). True if it did."""
+        ...
+
+    def mark_scheduled(self, step_ids: Sequence[str]) -> None:
+        """Record that a message for each step was just sent."""
+        ...
+
+    # --- the orchestration pass ---------------------------------------------
+    def advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
+        """One orchestration pass in one transaction, serialised per run.
+
+        Applies ``outcome`` fenced (raising :class:`WorkflowStepSupersededError`
+        with nothing written), then, unless the run is settled, reads the run's
+        steps and signals, calls ``decide`` and applies its decision.
+        """
+        ...
+
+    # --- sweep (each indexed, oldest first, at most ``limit``) --------------
+    def lapsed_steps(self, limit: int) -> list[StepState]:
+        """Running steps whose lease lapsed."""
+        ...
+
+    def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
+        """pending/scheduled task steps whose message was sent (or due) longer ago
+        than ``older_than_ms``: the message may be lost."""
+        ...
+
+    def due_steps(self, limit: int) -> list[StepState]:
+        """Scheduled timers/signal timeouts and failed steps whose retry is due."""
+        ...
+
+    def idle_runs(self, idle_ms: int, limit: int) -> list[RunState]:
+        """Running runs with no progress for ``idle_ms`` and no step in flight."""
+        ...
+
+    def note_swept(self, run_id: str, backoff_ms: int) -> bool:
+        """Claim a sweep wake-up of the run unless one is already pending
+        (``next_sweep_at`` in the future); grows the run's backoff. True if
+        the caller should wake the run."""
+        ...

@@ -1,0 +1,583 @@
+"""The workflow store in process memory: the reference semantics, and fast tests.
+
+One lock serialises every operation, which makes each the single guarded write
+the SQL store performs. Values are stored as JSON round-trips so callers never
+share mutable state with the store, exactly as with a database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..errors import (
+    RunNotFoundError,
+    RunSettledError,
+    StoreError,
+    WorkflowStepFunctionMismatchError,
+    WorkflowStepSupersededError,
+)
+from ..payload import loads, normalise
+from .base import Decide
+from .model import (
+    JSON,
+    AdvanceResult,
+    AttemptState,
+    AttemptStatus,
+    Decision,
+    ErrorInfo,
+    NewRun,
+    RunState,
+    RunStatus,
+    RunView,
+    StepKind,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
+from .rules import EncodedStep, child_outcome, encode_decision, lease_expired_error
+
+
+def _process_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class InMemoryWorkflowStore:
+    """A :class:`WorkflowStore` for one process; thread-safe."""
+
+    def __init__(self, clock: Callable[[], int] = _process_clock_ms) -> None:
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._runs: dict[str, RunState] = {}
+        self._keys: dict[tuple[str, str], str] = {}
+        self._steps: dict[str, StepState] = {}
+        self._run_steps: dict[str, list[str]] = {}
+        self._attempts: dict[str, list[AttemptState]] = {}
+        self._signals: dict[str, dict[str, JSON]] = {}
+
+    # --- clock ---------------------------------------------------------------
+    def now_ms(self) -> int:
+        return self._clock()
+
+    # --- runs ----------------------------------------------------------------
+    def create_run(self, new: NewRun) -> tuple[RunState, bool]:
+        value = normalise(new.input, f"workflow {new.workflow!r}", "input")
+        with self._lock:
+            if new.idempotency_key is not None:
+                existing = self._keys.get((new.workflow, new.idempotency_key))
+                if existing is not None:
+                    return self._runs[existing], False
+            if new.id in self._runs:
+                raise StoreError(f"a workflow run with id {new.id!r} already exists")
+            run = self._insert_run(new, value)
+            return run, True
+
+    def _insert_run(self, new: NewRun, value: JSON) -> RunState:
+        now = self._clock()
+        run = RunState(
+            id=new.id,
+            workflow=new.workflow,
+            status=RunStatus.RUNNING,
+            input=value,
+            idempotency_key=new.idempotency_key,
+            parent_run_id=new.parent_run_id,
+            parent_step_id=new.parent_step_id,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
+        self._runs[run.id] = run
+        self._run_steps[run.id] = []
+        self._signals[run.id] = {}
+        if new.idempotency_key is not None:
+            self._keys[(new.workflow, new.idempotency_key)] = run.id
+        return run
+
+    def get_run(self, run_id: str) -> RunState | None:
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[RunState]:
+        with self._lock:
+            runs = [
+                r
+                for r in self._runs.values()
+                if (status is None or r.status == status)
+                and (workflow is None or r.workflow == workflow)
+                and (since is None or r.created_at >= since)
+                and (until is None or r.created_at < until)
+            ]
+        runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return runs[offset : offset + limit]
+
+    def _run(self, run_id: str) -> RunState:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no workflow run {run_id!r}")
+        return run
+
+    def _touch_run(self, run: RunState, now: int | None = None, **changes: Any) -> RunState:
+        at = self._clock() if now is None else now
+        run = replace(run, version=run.version + 1, updated_at=at, **changes)
+        self._runs[run.id] = run
+        return run
+
+    def request_cancel(self, run_id: str) -> RunState:
+        with self._lock:
+            run = self._run(run_id)
+            if run.status.terminal or run.cancel_requested:
+                return run
+            return self._touch_run(run, cancel_requested=True)
+
+    def send_signal(self, run_id: str, name: str, payload: JSON) -> RunState:
+        value = normalise(payload, f"signal {name!r}", "payload")
+        with self._lock:
+            run = self._run(run_id)
+            if run.status.terminal:
+                raise RunSettledError(f"workflow run {run_id} is {run.status}; it takes no signals")
+            self._signals[run_id].setdefault(name, value)
+            return self._touch_run(run)
+
+    def retry_run(self, run_id: str) -> RunState:
+        with self._lock:
+            run = self._run(run_id)
+            if run.status != RunStatus.FAILED:
+                raise RunSettledError(
+                    f"workflow run {run_id} is {run.status}; only a failed run can be retried"
+                )
+            now = self._clock()
+            for sid in self._run_steps[run_id]:
+                step = self._steps[sid]
+                if step.kind == StepKind.TASK and step.status == StepStatus.FAILED:
+                    self._steps[sid] = replace(
+                        step,
+                        wake_at=now,
+                        max_attempts=step.attempt + step.max_attempts,
+                        updated_at=now,
+                    )
+            return self._touch_run(run, status=RunStatus.RUNNING, error=None, wake_at=now)
+
+    # --- steps ---------------------------------------------------------------
+    def get_steps(self, run_id: str) -> list[StepState]:
+        with self._lock:
+            return [self._steps[s] for s in self._run_steps.get(run_id, [])]
+
+    def get_step(self, step_id: str) -> StepState | None:
+        with self._lock:
+            return self._steps.get(step_id)
+
+    def get_attempts(self, run_id: str) -> list[AttemptState]:
+        with self._lock:
+            out: list[AttemptState] = []
+            for sid in self._run_steps.get(run_id, []):
+                out.extend(self._attempts.get(sid, []))
+            return sorted(out, key=lambda a: (a.started_at, a.step_id, a.attempt))
+
+    def _set_attempt(self, step_id: str, attempt: int, **changes: Any) -> None:
+        rows = self._attempts.setdefault(step_id, [])
+        for i, row in enumerate(rows):
+            if row.attempt == attempt:
+                rows[i] = replace(row, **changes)
+                return
+
+    def claim_step(
+        self, step_id: str, task_name: str, worker: str, lease_ms: int
+    ) -> StepState | None:
+        with self._lock:
+            step = self._steps.get(step_id)
+            if step is None:
+                return None
+            if step.task_name != task_name:
+                raise WorkflowStepFunctionMismatchError(step_id, step.task_name, task_name)
+            now = self._clock()
+            fresh = step.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
+            retry_due = (
+                step.status == StepStatus.FAILED
+                and step.attempt < step.max_attempts
+                and step.wake_at is not None
+                and step.wake_at <= now
+            )
+            lapsed = (
+                step.status == StepStatus.RUNNING
+                and step.lease_expires_at is not None
+                and step.lease_expires_at <= now
+                and step.attempt < step.max_attempts
+            )
+            if step.kind != StepKind.TASK or not (fresh or retry_due or lapsed):
+                return None
+            if lapsed:
+                self._set_attempt(step_id, step.attempt, status=AttemptStatus.SUPERSEDED)
+            claimed = replace(
+                step,
+                status=StepStatus.RUNNING,
+                attempt=step.attempt + 1,
+                lease_expires_at=now + lease_ms,
+                wake_at=None,
+                worker=worker,
+                result=None,
+                error=None,
+                updated_at=now,
+            )
+            self._steps[step_id] = claimed
+            self._attempts.setdefault(step_id, []).append(
+                AttemptState(
+                    step_id, claimed.attempt, AttemptStatus.RUNNING, worker=worker, started_at=now
+                )
+            )
+            return claimed
+
+    def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
+        with self._lock:
+            step = self._steps.get(step_id)
+            now = self._clock()
+            if (
+                step is None
+                or step.status != StepStatus.RUNNING
+                or step.attempt != attempt
+                or (step.lease_expires_at is not None and step.lease_expires_at <= now)
+            ):
+                return False
+            expires = None if lease_ms is None else now + lease_ms
+            self._steps[step_id] = replace(step, lease_expires_at=expires, updated_at=now)
+            return True
+
+    def _fenced(self, step_id: str, attempt: int) -> StepState:
+        step = self._steps.get(step_id)
+        if step is None or step.status != StepStatus.RUNNING or step.attempt != attempt:
+            raise WorkflowStepSupersededError(step_id, attempt)
+        return step
+
+    def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
+        value = normalise(result, f"step {step_id}", "result")
+        with self._lock:
+            self._complete(self._fenced(step_id, attempt), value)
+
+    def _complete(self, step: StepState, value: JSON) -> None:
+        now = self._clock()
+        self._steps[step.id] = replace(
+            step,
+            status=StepStatus.SUCCEEDED,
+            result=value,
+            error=None,
+            lease_expires_at=None,
+            wake_at=None,
+            updated_at=now,
+        )
+        self._set_attempt(
+            step.id, step.attempt, status=AttemptStatus.SUCCEEDED, result=value, finished_at=now
+        )
+
+    def fail_step(
+        self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None
+    ) -> None:
+        err = normalise(error, f"step {step_id}", "error")
+        with self._lock:
+            self._fail(self._fenced(step_id, attempt), err, retry_delay)
+
+    def _fail(self, step: StepState, err: ErrorInfo, retry_delay: float | None) -> None:
+        now = self._clock()
+        retry = retry_delay is not None and step.attempt < step.max_attempts
+        self._steps[step.id] = replace(
+            step,
+            status=StepStatus.FAILED,
+            error=err,
+            result=None,
+            lease_expires_at=None,
+            wake_at=now + round((retry_delay or 0) * 1000) if retry else None,
+            scheduled_at=None,  # the next attempt's message is not sent yet
+            updated_at=now,
+        )
+        self._set_attempt(
+            step.id, step.attempt, status=AttemptStatus.FAILED, error=err, finished_at=now
+        )
+
+    def expire_step(self, step_id: str) -> bool:
+        with self._lock:
+            step = self._steps.get(step_id)
+            now = self._clock()
+            if (
+                step is None
+                or step.status != StepStatus.RUNNING
+                or step.lease_expires_at is None
+                or step.lease_expires_at > now
+                or step.attempt < step.max_attempts
+            ):
+                return False
+            err = lease_expired_error(step.name, step.attempt)
+            self._steps[step_id] = replace(
+                step,
+                status=StepStatus.FAILED,
+                error=err,
+                lease_expires_at=None,
+                wake_at=None,
+                updated_at=now,
+            )
+            self._set_attempt(
+                step_id,
+                step.attempt,
+                status=AttemptStatus.LEASE_EXPIRED,
+                error=err,
+                finished_at=now,
+            )
+            return True
+
+    def mark_scheduled(self, step_ids: Sequence[str]) -> None:
+        with self._lock:
+            now = self._clock()
+            for sid in step_ids:
+                step = self._steps.get(sid)
+                if step is None or step.settled or step.status == StepStatus.RUNNING:
+                    continue
+                status = StepStatus.SCHEDULED if step.status == StepStatus.PENDING else step.status
+                self._steps[sid] = replace(step, status=status, scheduled_at=now)
+
+    # --- the orchestration pass ---------------------------------------------
+    def advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
+        with self._lock:
+            run = self._run(run_id)
+            saved = None
+            if outcome is not None:
+                sid = outcome.step_id
+                saved = (sid, self._steps.get(sid), list(self._attempts.get(sid, [])))
+                self._apply_outcome(outcome)
+            if run.status.terminal:
+                return AdvanceResult(run=run, steps=[], decision=None)
+            try:
+                view = RunView(
+                    run=run,
+                    steps=self.get_steps(run_id),
+                    signals=dict(self._signals[run_id]),
+                    now=self._clock(),
+                )
+                decision = decide(view)
+                return self._apply_decision(run, view, decision)
+            except BaseException:
+                # As a database would roll back: a pass that fails writes nothing.
+                if saved is not None and saved[1] is not None:
+                    self._steps[saved[0]] = saved[1]
+                    self._attempts[saved[0]] = saved[2]
+                raise
+
+    def _apply_outcome(self, outcome: StepOutcome) -> None:
+        step = self._fenced(outcome.step_id, outcome.attempt)
+        where = f"step {step.name!r}"
+        if outcome.ok:
+            self._complete(step, normalise(outcome.result, where, "result"))
+        else:
+            self._fail(step, normalise(outcome.error, where, "error"), outcome.retry_delay)
+
+    def _apply_decision(self, run: RunState, view: RunView, decision: Decision) -> AdvanceResult:
+        # Everything is checked before anything is written: a pass is atomic.
+        encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
+        now = view.now
+        publish: list[StepState] = []
+        for enc in encoded.resolutions:
+            res = enc.resolution
+            step = self._steps[res.step_id]
+            if step.settled:
+                continue
+            result = loads(enc.result)
+            error = loads(enc.error)
+            self._steps[step.id] = replace(
+                step,
+                status=StepStatus.SUCCEEDED if res.ok else StepStatus.FAILED,
+                result=result,
+                error=error,
+                lease_expires_at=None,
+                wake_at=None,
+                updated_at=now,
+            )
+            if step.kind == StepKind.CHILD:
+                self._set_attempt(
+                    step.id,
+                    step.attempt,
+                    status=AttemptStatus.SUCCEEDED if res.ok else AttemptStatus.FAILED,
+                    result=result,
+                    error=error,
+                    finished_at=now,
+                )
+        children: list[str] = []
+        for enc_step in encoded.steps:
+            step = self._insert_step(run, enc_step, now)
+            if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
+                publish.append(step)
+            if step.child_run_id is not None:
+                children.append(step.child_run_id)
+        for sid in decision.redispatch:
+            step = self._steps[sid]
+            self._steps[sid] = replace(step, scheduled_at=now)
+            publish.append(self._steps[sid])
+        for child_id in decision.cancel_children:
+            child = self._runs.get(child_id)
+            if child is not None and not child.status.terminal and not child.cancel_requested:
+                self._touch_run(child, cancel_requested=True)
+                children.append(child_id)
+        changes: dict[str, Any] = {
+            "wake_at": decision.wake_at,
+            "next_sweep_at": None,
+            "sweep_count": 0,
+        }
+        parent_to_wake = None
+        if decision.run_status is not None and decision.run_status.terminal:
+            output, error = loads(encoded.output), loads(encoded.error)
+            changes.update(status=decision.run_status, output=output, error=error, wake_at=None)
+            parent_to_wake = self._settle_parent_step(run, decision, output, error)
+        new_run = self._touch_run(run, now, **changes)  # one 'now' per pass
+        return AdvanceResult(
+            run=new_run,
+            steps=publish,
+            decision=decision,
+            parent_to_wake=parent_to_wake,
+            children_to_wake=children,
+        )
+
+    def _insert_step(self, run: RunState, enc: EncodedStep, now: int) -> StepState:
+        new, sid = enc.new, enc.id
+        step = StepState(
+            id=sid,
+            run_id=run.id,
+            name=new.name,
+            seq=new.seq,
+            kind=new.kind,
+            status=new.status,
+            task_name=new.task_name,
+            queue=new.queue,
+            args=loads(enc.args),
+            kwargs=loads(enc.kwargs),
+            max_attempts=new.max_attempts,
+            retry_delay=new.retry_delay,
+            backoff=new.backoff,
+            wake_at=new.wake_at,
+            scheduled_at=now if new.status == StepStatus.SCHEDULED else None,
+            created_at=now,
+            updated_at=now,
+        )
+        if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
+            step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))
+        elif new.child is not None:
+            child = replace(new.child, parent_run_id=run.id, parent_step_id=sid)
+            self._insert_run(child, loads(enc.child_input))
+            step = replace(
+                step,
+                status=StepStatus.RUNNING,
+                attempt=1,
+                lease_expires_at=None,
+                child_run_id=child.id,
+            )
+            self._attempts[sid] = [
+                AttemptState(sid, 1, AttemptStatus.RUNNING, worker=None, started_at=now)
+            ]
+        self._steps[sid] = step
+        self._run_steps[run.id].append(sid)
+        return step
+
+    def _settle_parent_step(
+        self, run: RunState, decision: Decision, output: JSON, error: ErrorInfo | None
+    ) -> str | None:
+        if run.parent_run_id is None or run.parent_step_id is None:
+            return None
+        step = self._steps.get(run.parent_step_id)
+        parent = self._runs.get(run.parent_run_id)
+        if step is None or parent is None or step.status != StepStatus.RUNNING:
+            return None
+        if step.child_run_id != run.id:
+            return None
+        ok, result, error = child_outcome(run.id, replace(decision, output=output, error=error))
+        now = self._clock()
+        self._steps[step.id] = replace(
+            step,
+            status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
+            result=result,
+            error=error,
+            wake_at=None,
+            updated_at=now,
+        )
+        self._set_attempt(
+            step.id,
+            step.attempt,
+            status=AttemptStatus.SUCCEEDED if ok else AttemptStatus.FAILED,
+            result=result,
+            error=error,
+            finished_at=now,
+        )
+        if not parent.status.terminal:
+            self._touch_run(parent)
+        return parent.id
+
+    # --- sweep ---------------------------------------------------------------
+    def lapsed_steps(self, limit: int) -> list[StepState]:
+        with self._lock:
+            now = self._clock()
+            found = [
+                s
+                for s in self._steps.values()
+                if s.status == StepStatus.RUNNING
+                and s.lease_expires_at is not None
+                and s.lease_expires_at <= now
+            ]
+        found.sort(key=lambda s: s.lease_expires_at or 0)
+        return found[:limit]
+
+    def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
+        with self._lock:
+            cutoff = self._clock() - older_than_ms
+            found = [
+                s
+                for s in self._steps.values()
+                if s.kind == StepKind.TASK
+                and s.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
+                and (s.scheduled_at if s.scheduled_at is not None else s.created_at) <= cutoff
+            ]
+        found.sort(key=lambda s: s.scheduled_at or s.created_at)
+        return found[:limit]
+
+    def due_steps(self, limit: int) -> list[StepState]:
+        with self._lock:
+            now = self._clock()
+            found = [
+                s
+                for s in self._steps.values()
+                if s.status in (StepStatus.SCHEDULED, StepStatus.FAILED)
+                and s.wake_at is not None
+                and s.wake_at <= now
+            ]
+        found.sort(key=lambda s: s.wake_at or 0)
+        return found[:limit]
+
+    def idle_runs(self, idle_ms: int, limit: int) -> list[RunState]:
+        with self._lock:
+            cutoff = self._clock() - idle_ms
+            found = [
+                r
+                for r in self._runs.values()
+                if r.status == RunStatus.RUNNING
+                and r.updated_at <= cutoff
+                and all(self._steps[s].settled for s in self._run_steps[r.id])
+            ]
+        found.sort(key=lambda r: r.updated_at)
+        return found[:limit]
+
+    def note_swept(self, run_id: str, backoff_ms: int) -> bool:
+        with self._lock:
+            run = self._runs.get(run_id)
+            now = self._clock()
+            if run is None or run.status.terminal:
+                return False
+            if run.next_sweep_at is not None and run.next_sweep_at > now:
+                return False
+            self._runs[run_id] = replace(
+                run, next_sweep_at=now + backoff_ms, sweep_count=run.sweep_count + 1
+            )
+            return True

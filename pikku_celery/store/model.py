@@ -1,0 +1,226 @@
+"""What the store keeps: runs, steps and attempts, as plain frozen values.
+
+Every time is epoch milliseconds on the store's clock (the database's), so
+deadlines are compared on one clock whatever the workers' clocks say.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+JSON = Any
+"""A value that survives ``json.dumps``/``json.loads`` unchanged."""
+
+ErrorInfo = dict[str, Any]
+"""``{"type": ..., "message": ..., "traceback": ...}`` of a failure."""
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class StepKind(StrEnum):
+    TASK = "task"  # a Celery task run by a worker under a lease
+    SLEEP = "sleep"  # a durable timer, resolved by an orchestration pass
+    CHILD = "child"  # parked (NULL lease) until its child run ends
+    SIGNAL = "signal"  # waits for send_signal or its timeout
+    VALUE = "value"  # a recorded value such as ctx.now()
+
+
+class AttemptStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"  # its lease lapsed and a newer attempt took over
+    LEASE_EXPIRED = "lease_expired"  # its lease lapsed with no attempts left
+
+
+STEP_NAMESPACE = uuid.UUID("5d1f6f0e-7a53-4c55-9a4e-3b8c1f2d9e10")
+
+
+def step_id_for(run_id: str, step_name: str) -> str:
+    """The stable id of a step, which doubles as its idempotency key."""
+    return str(uuid.uuid5(uuid.UUID(run_id), step_name))
+
+
+def ms_to_datetime(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass(frozen=True)
+class RunState:
+    id: str
+    workflow: str
+    status: RunStatus
+    input: JSON
+    output: JSON = None
+    error: ErrorInfo | None = None
+    idempotency_key: str | None = None
+    parent_run_id: str | None = None
+    parent_step_id: str | None = None
+    cancel_requested: bool = False
+    version: int = 0
+    wake_at: int | None = None  # earliest timer/retry/timeout the run waits for
+    next_sweep_at: int | None = None  # the sweep's per-run backoff
+    sweep_count: int = 0
+    created_at: int = 0
+    updated_at: int = 0
+
+
+@dataclass(frozen=True)
+class StepState:
+    id: str
+    run_id: str
+    name: str
+    seq: int
+    kind: StepKind
+    status: StepStatus
+    task_name: str | None = None
+    queue: str | None = None
+    args: list[JSON] = field(default_factory=list)
+    kwargs: dict[str, JSON] = field(default_factory=dict)
+    attempt: int = 0  # the fencing token: 0 until the first claim
+    max_attempts: int = 1
+    retry_delay: float = 0.0
+    backoff: float = 1.0
+    lease_expires_at: int | None = None  # NULL: no worker expected (never lapses)
+    wake_at: int | None = None  # timer due / retry not before / signal timeout
+    child_run_id: str | None = None
+    result: JSON = None
+    error: ErrorInfo | None = None
+    worker: str | None = None
+    scheduled_at: int | None = None  # when its last message was sent
+    created_at: int = 0
+    updated_at: int = 0
+
+    @property
+    def settled(self) -> bool:
+        """Succeeded, or failed for good.
+
+        A failed step with a ``wake_at`` is waiting for its next attempt; one
+        without is final.
+        """
+        return self.status == StepStatus.SUCCEEDED or (
+            self.status == StepStatus.FAILED and self.wake_at is None
+        )
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    step_id: str
+    attempt: int
+    status: AttemptStatus
+    worker: str | None = None
+    result: JSON = None
+    error: ErrorInfo | None = None
+    started_at: int = 0
+    finished_at: int | None = None
+
+
+@dataclass(frozen=True)
+class NewRun:
+    workflow: str
+    input: JSON
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    idempotency_key: str | None = None
+    parent_run_id: str | None = None
+    parent_step_id: str | None = None
+
+
+@dataclass(frozen=True)
+class NewStep:
+    """A step the orchestration pass records for the first time."""
+
+    name: str
+    seq: int
+    kind: StepKind
+    status: StepStatus = StepStatus.SCHEDULED
+    task_name: str | None = None
+    queue: str | None = None
+    args: list[JSON] = field(default_factory=list)
+    kwargs: dict[str, JSON] = field(default_factory=dict)
+    max_attempts: int = 1
+    retry_delay: float = 0.0
+    backoff: float = 1.0
+    wake_at: int | None = None
+    child: NewRun | None = None  # created with the step; the step is parked on it
+    result: JSON = None  # for VALUE steps, recorded as succeeded at once
+
+
+@dataclass(frozen=True)
+class StepResolution:
+    """A non-task step settled by the pass (timer due, signal, timeout)."""
+
+    step_id: str
+    ok: bool
+    result: JSON = None
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a worker's attempt produced, fenced by ``attempt``.
+
+    ``retry_delay`` (seconds) set on a failure asks for another attempt no
+    sooner than that; None fails the step for good.
+    """
+
+    step_id: str
+    attempt: int
+    ok: bool
+    result: JSON = None
+    error: ErrorInfo | None = None
+    retry_delay: float | None = None
+
+
+@dataclass
+class Decision:
+    """What one orchestration pass decided; the store applies it atomically."""
+
+    new_steps: list[NewStep] = field(default_factory=list)
+    resolutions: list[StepResolution] = field(default_factory=list)
+    redispatch: list[str] = field(default_factory=list)  # step ids due for another attempt
+    run_status: RunStatus | None = None  # a terminal status ends the run
+    output: JSON = None
+    error: ErrorInfo | None = None
+    wake_at: int | None = None  # when the run must next be looked at
+    cancel_children: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """The run as one pass sees it, read inside the pass's transaction."""
+
+    run: RunState
+    steps: list[StepState]
+    signals: dict[str, JSON]
+    now: int
+
+
+@dataclass(frozen=True)
+class AdvanceResult:
+    run: RunState  # after the pass
+    steps: list[StepState]  # steps inserted or re-dispatched by the pass: publish these
+    decision: Decision | None  # None when the run was already settled
+    parent_to_wake: str | None = None  # parent run whose child step this pass settled
+    children_to_wake: list[str] = field(default_factory=list)

@@ -1,0 +1,144 @@
+"""Outcome values every store writes the same way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import DuplicateStepError, StoreError
+from ..payload import dumps
+from .model import (
+    JSON,
+    Decision,
+    ErrorInfo,
+    NewStep,
+    RunState,
+    RunStatus,
+    StepKind,
+    StepResolution,
+    StepStatus,
+    step_id_for,
+)
+
+
+def lease_expired_error(step_name: str, attempts: int) -> ErrorInfo:
+    """The error a step gets when its worker was lost on its last attempt."""
+    return {
+        "type": "WorkflowStepLeaseExpiredError",
+        "message": (
+            f"step {step_name!r} lost its worker (lease lapsed) on each of its "
+            f"{attempts} attempt(s)"
+        ),
+        "traceback": "",
+    }
+
+
+def child_outcome(child_run_id: str, decision: Decision) -> tuple[bool, JSON, ErrorInfo | None]:
+    """What a parent's child step records when the child run ends."""
+    if decision.run_status == RunStatus.COMPLETED:
+        return True, decision.output, None
+    if decision.run_status == RunStatus.CANCELLED:
+        return (
+            False,
+            None,
+            {
+                "type": "WorkflowCancelledError",
+                "message": f"child workflow run {child_run_id} was cancelled",
+                "traceback": "",
+            },
+        )
+    err = dict(decision.error or {})
+    err.setdefault("type", "WorkflowFailedError")
+    err["message"] = f"child workflow run {child_run_id} failed: {err.get('message', '')}"
+    return False, None, err
+
+
+@dataclass(frozen=True)
+class EncodedStep:
+    """A new step with its payloads already serialised."""
+
+    new: NewStep
+    id: str
+    args: str
+    kwargs: str
+    value: str | None  # steps recorded as succeeded (values, signals): their result
+    child_input: str | None  # CHILD steps: the child run's input
+
+
+@dataclass(frozen=True)
+class EncodedResolution:
+    resolution: StepResolution
+    result: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class EncodedDecision:
+    """A decision checked in full before the store writes any of it.
+
+    Checking first keeps a pass atomic: a non-JSON value or a duplicate step
+    name is refused with nothing written, in every store.
+    """
+
+    steps: list[EncodedStep]
+    resolutions: list[EncodedResolution]
+    output: str | None  # set only when the run ends
+    error: str | None
+
+
+def encode_decision(
+    run: RunState, step_names: dict[str, str], decision: Decision
+) -> EncodedDecision:
+    """Serialise every payload of ``decision`` and refuse duplicate step names.
+
+    ``step_names`` maps the run's recorded step ids to their names.
+    """
+    taken = set(step_names.values())
+    steps: list[EncodedStep] = []
+    for new in decision.new_steps:
+        if new.name in taken:
+            raise DuplicateStepError(f"workflow run {run.id} already has a step {new.name!r}")
+        taken.add(new.name)
+        where = f"step {new.name!r}"
+        steps.append(
+            EncodedStep(
+                new=new,
+                id=step_id_for(run.id, new.name),
+                args=dumps(new.args, where, "args"),
+                kwargs=dumps(new.kwargs, where, "kwargs"),
+                value=(
+                    dumps(new.result, where, "result")
+                    if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED
+                    else None
+                ),
+                child_input=(
+                    dumps(new.child.input, where, "child input")
+                    if new.child is not None and new.kind != StepKind.VALUE
+                    else None
+                ),
+            )
+        )
+    for sid in [r.step_id for r in decision.resolutions] + list(decision.redispatch):
+        if sid not in step_names:
+            raise StoreError(f"workflow run {run.id} has no step {sid}")
+    resolutions: list[EncodedResolution] = []
+    for res in decision.resolutions:
+        where = f"step {step_names.get(res.step_id, res.step_id)!r}"
+        resolutions.append(
+            EncodedResolution(
+                resolution=res,
+                result=dumps(res.result, where, "result") if res.ok else None,
+                error=None if res.ok or res.error is None else dumps(res.error, where, "error"),
+            )
+        )
+    terminal = decision.run_status is not None and decision.run_status.terminal
+    where = f"workflow {run.workflow!r}"
+    return EncodedDecision(
+        steps=steps,
+        resolutions=resolutions,
+        output=dumps(decision.output, where, "output") if terminal else None,
+        error=(
+            dumps(decision.error, where, "error")
+            if terminal and decision.error is not None
+            else None
+        ),
+    )

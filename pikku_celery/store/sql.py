@@ -1,0 +1,931 @@
+"""The workflow store on SQL (SQLAlchemy Core): SQLite, PostgreSQL, MySQL/MariaDB.
+
+It behaves exactly as :class:`~pikku_celery.store.memory.InMemoryWorkflowStore`
+(the reference); the conformance suite runs both. Statements are built once
+per dialect (:mod:`.statements`). Ownership writes (claim, complete, fail,
+refresh) are each one guarded statement judged on the database's clock, so
+whoever's write matched owns the attempt, whatever the workers' clocks say.
+
+On PostgreSQL a claim or a completion, attempt row included, is one
+data-modifying CTE in autocommit: one round trip. A pass with an outcome
+(:meth:`SQLWorkflowStore.advance`, the engine's hot path) is one unlocked read
+and one version-checked statement; anything else takes the locked pass, one
+transaction with the run row locked. MySQL/MariaDB have no ``UPDATE ...
+RETURNING``: there a claim is a short transaction that reads the row back.
+
+The store keeps no state between calls but the engine, so a dropped
+connection costs one failed call (the pool replaces it), never a wedged store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..errors import (
+    DuplicateStepError,
+    RunNotFoundError,
+    RunSettledError,
+    SchemaMissingError,
+    StoreError,
+    WorkflowStepFunctionMismatchError,
+    WorkflowStepSupersededError,
+)
+from ..payload import dumps, loads
+from .base import Decide
+from .model import (
+    JSON,
+    AdvanceResult,
+    AttemptState,
+    AttemptStatus,
+    Decision,
+    ErrorInfo,
+    NewRun,
+    RunState,
+    RunStatus,
+    RunView,
+    StepKind,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
+from .rules import (
+    EncodedDecision,
+    EncodedStep,
+    child_outcome,
+    encode_decision,
+    lease_expired_error,
+)
+from .schema import STORE_TABLES, metadata
+from .statements import Fenced, dialect_of, statements
+
+DEADLOCK_RETRIES = 5
+UPGRADE_COMMAND = "pikku-celery db upgrade --database-url {url}"
+
+# --- rows -> values ----------------------------------------------------------
+
+
+def _run_from(row: Any, prefix: str = "") -> RunState:
+    m = row._mapping
+    p = prefix
+    return RunState(
+        id=m[p + "id"],
+        workflow=m[p + "workflow"],
+        status=RunStatus(m[p + "status"]),
+        input=loads(m[p + "input"]),
+        output=loads(m[p + "output"]),
+        error=loads(m[p + "error"]),
+        idempotency_key=m[p + "idempotency_key"],
+        parent_run_id=m[p + "parent_run_id"],
+        parent_step_id=m[p + "parent_step_id"],
+        cancel_requested=bool(m[p + "cancel_requested"]),
+        version=m[p + "version"],
+        wake_at=m[p + "wake_at"],
+        next_sweep_at=m[p + "next_sweep_at"],
+        sweep_count=m[p + "sweep_count"],
+        created_at=m[p + "created_at"],
+        updated_at=m[p + "updated_at"],
+    )
+
+
+def _step_from(row: Any) -> StepState:
+    return StepState(
+        id=row.id,
+        run_id=row.run_id,
+        name=row.name,
+        seq=row.seq,
+        kind=StepKind(row.kind),
+        status=StepStatus(row.status),
+        task_name=row.task_name,
+        queue=row.queue,
+        args=[] if row.args is None else json.loads(row.args),
+        kwargs={} if row.kwargs is None else json.loads(row.kwargs),
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        retry_delay=row.retry_delay,
+        backoff=row.backoff,
+        lease_expires_at=row.lease_expires_at,
+        wake_at=row.wake_at,
+        child_run_id=row.child_run_id,
+        result=loads(row.result),
+        error=loads(row.error),
+        worker=row.worker,
+        scheduled_at=row.scheduled_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _attempt_from(row: Any) -> AttemptState:
+    return AttemptState(
+        step_id=row.step_id,
+        attempt=row.attempt,
+        status=AttemptStatus(row.status),
+        worker=row.worker,
+        result=loads(row.result),
+        error=loads(row.error),
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _step_params(step: StepState, args: str, kwargs: str, result: str | None) -> dict[str, Any]:
+    return {
+        "id": step.id,
+        "run_id": step.run_id,
+        "name": step.name,
+        "seq": step.seq,
+        "kind": step.kind.value,
+        "status": step.status.value,
+        "task_name": step.task_name,
+        "queue": step.queue,
+        "args": args,
+        "kwargs": kwargs,
+        "attempt": step.attempt,
+        "max_attempts": step.max_attempts,
+        "retry_delay": float(step.retry_delay),
+        "backoff": float(step.backoff),
+        "lease_expires_at": step.lease_expires_at,
+        "wake_at": step.wake_at,
+        "child_run_id": step.child_run_id,
+        "result": result,
+        "error": None,
+        "worker": step.worker,
+        "scheduled_at": step.scheduled_at,
+        "created_at": step.created_at,
+        "updated_at": step.updated_at,
+    }
+
+
+def _run_params(new: NewRun, input_text: str) -> dict[str, Any]:
+    return {
+        "id": new.id,
+        "workflow": new.workflow,
+        "status": RunStatus.RUNNING.value,
+        "input": input_text,
+        "output": None,
+        "error": None,
+        "idempotency_key": new.idempotency_key,
+        "parent_run_id": new.parent_run_id,
+        "parent_step_id": new.parent_step_id,
+        "cancel_requested": False,
+        "version": 1,
+        "wake_at": None,
+        "next_sweep_at": None,
+        "sweep_count": 0,
+    }
+
+
+def _new_run_state(new: NewRun, input_text: str, now: int) -> RunState:
+    return RunState(
+        id=new.id,
+        workflow=new.workflow,
+        status=RunStatus.RUNNING,
+        input=json.loads(input_text),
+        idempotency_key=new.idempotency_key,
+        parent_run_id=new.parent_run_id,
+        parent_step_id=new.parent_step_id,
+        version=1,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+@dataclass(frozen=True)
+class _PreparedOutcome:
+    kind: str  # one of OUTCOMES
+    params: dict[str, Any]  # binds of the fenced write
+    steps: list[StepState]  # the run's steps as they are once it lands
+
+
+def _prepare_outcome(steps: list[StepState], outcome: StepOutcome, now: int) -> _PreparedOutcome:
+    """Check the fence against the steps read and serialise the payload,
+    before anything is written (the write itself is fenced again)."""
+    index = next((i for i, s in enumerate(steps) if s.id == outcome.step_id), None)
+    step = None if index is None else steps[index]
+    if step is not None and (step.status != StepStatus.RUNNING or step.attempt != outcome.attempt):
+        raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+    where = f"step {step.name!r}" if step is not None else f"step {outcome.step_id}"
+    params: dict[str, Any] = {"p_id": outcome.step_id, "p_attempt": outcome.attempt, "p_now": now}
+    if outcome.ok:
+        params["p_result"] = text = dumps(outcome.result, where, "result")
+        kind = "complete"
+    else:
+        params["p_error"] = text = dumps(outcome.error, where, "error")
+        retry = outcome.retry_delay
+        params["p_delay_ms"] = None if retry is None else round(retry * 1000)
+        kind = "fail" if retry is None else "fail_retry"
+    if step is None or index is None:
+        return _PreparedOutcome(kind, params, steps)
+    if outcome.ok:
+        done = replace(
+            step,
+            status=StepStatus.SUCCEEDED,
+            result=json.loads(text),
+            error=None,
+            lease_expires_at=None,
+            wake_at=None,
+            updated_at=now,
+        )
+    else:
+        retry_ok = params["p_delay_ms"] is not None and step.attempt < step.max_attempts
+        done = replace(
+            step,
+            status=StepStatus.FAILED,
+            error=json.loads(text),
+            result=None,
+            lease_expires_at=None,
+            wake_at=now + params["p_delay_ms"] if retry_ok else None,
+            scheduled_at=None,
+            updated_at=now,
+        )
+    return _PreparedOutcome(kind, params, [*steps[:index], done, *steps[index + 1 :]])
+
+
+def _new_step_state(run: RunState, enc: EncodedStep, now: int) -> StepState:
+    """A new step as the pass records it (before any child-run parking)."""
+    new = enc.new
+    step = StepState(
+        id=enc.id,
+        run_id=run.id,
+        name=new.name,
+        seq=new.seq,
+        kind=new.kind,
+        status=new.status,
+        task_name=new.task_name,
+        queue=new.queue,
+        args=json.loads(enc.args),
+        kwargs=json.loads(enc.kwargs),
+        max_attempts=new.max_attempts,
+        retry_delay=new.retry_delay,
+        backoff=new.backoff,
+        wake_at=new.wake_at,
+        scheduled_at=now if new.status == StepStatus.SCHEDULED else None,
+        created_at=now,
+        updated_at=now,
+    )
+    if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
+        step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))
+    return step
+
+
+def _is_deadlock(exc: sa.exc.DBAPIError) -> bool:
+    """A deadlock or serialisation failure: the whole pass may be retried."""
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) in ("40P01", "40001"):
+        return True
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    return bool(args) and args[0] == 1213  # MySQL ER_LOCK_DEADLOCK
+
+
+def hidden_url(url: sa.URL | str) -> str:
+    """The URL with its password masked, fit for messages and logs."""
+    return sa.make_url(url).render_as_string(hide_password=True)
+
+
+def check_schema(engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES) -> None:
+    """Raise :class:`SchemaMissingError` naming the command to run when any
+    of ``tables`` or their columns is missing. One inspector pass."""
+    inspector = sa.inspect(engine)
+    present = set(inspector.get_table_names())
+    problems: list[str] = []
+    wanted = [t for t in tables if t.name in present]
+    problems += [f"table {t.name} is missing" for t in tables if t.name not in present]
+    if wanted:
+        columns = inspector.get_multi_columns(filter_names=[t.name for t in wanted])
+        found = {key[1]: {c["name"] for c in cols} for key, cols in columns.items()}
+        for t in wanted:
+            missing = [c.name for c in t.columns if c.name not in found.get(t.name, set())]
+            if missing:
+                problems.append(f"table {t.name} lacks column(s) {', '.join(missing)}")
+    if problems:
+        url = hidden_url(engine.url)
+        raise SchemaMissingError(
+            f"pikku-celery's tables are missing or out of date in {url}: "
+            f"{'; '.join(problems)}. Create or upgrade them with: "
+            + UPGRADE_COMMAND.format(url=f"'{url}'")
+        )
+
+
+class SQLWorkflowStore:
+    """A :class:`~pikku_celery.store.base.WorkflowStore` on a SQLAlchemy engine.
+
+    On PostgreSQL and MySQL/MariaDB the tables must exist (``pikku-celery db
+    upgrade``); a missing table or column raises :class:`SchemaMissingError`
+    here, not half-way through a run. For SQLite (the embedded default) the
+    tables are created on first use unless ``create_tables=False``. Build
+    SQLite engines with :func:`pikku_celery.db.make_engine`: its ``BEGIN
+    IMMEDIATE`` is what serialises writers there.
+    """
+
+    def __init__(self, engine: sa.Engine, *, create_tables: bool | None = None) -> None:
+        self._engine = engine
+        self._dialect = dialect_of(engine)
+        self._st = statements(self._dialect)
+        # PostgreSQL: single statements run in autocommit, which saves the
+        # BEGIN and COMMIT round trips (psycopg's autocommit switch is local).
+        self._single = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self._dialect == "postgresql"
+            else engine
+        )
+        if create_tables is None:
+            create_tables = self._dialect == "sqlite"
+        if create_tables:
+            metadata.create_all(engine)
+        check_schema(engine)
+
+    @property
+    def engine(self) -> sa.Engine:
+        return self._engine
+
+    @contextmanager
+    def _one(self) -> Iterator[sa.Connection]:
+        """A connection for one statement: autocommit on PostgreSQL, else a
+        short transaction."""
+        with self._single.begin() as conn:
+            yield conn
+
+    def sweep_statements(self) -> dict[str, sa.Select[Any]]:
+        """The sweep queries, for EXPLAIN (tests, DBAs checking their plans)."""
+        st = self._st
+        return {
+            "lapsed_steps": st.lapsed,
+            "undispatched_steps": st.undispatched,
+            "due_steps": st.due,
+            "idle_runs": st.idle,
+        }
+
+    # --- clock ---------------------------------------------------------------
+    def now_ms(self) -> int:
+        with self._one() as conn:
+            return int(conn.execute(self._st.now).scalar_one())
+
+    # --- runs ----------------------------------------------------------------
+    def create_run(self, new: NewRun) -> tuple[RunState, bool]:
+        text = dumps(new.input, f"workflow {new.workflow!r}", "input")
+        st = self._st
+        key = {"p_workflow": new.workflow, "p_key": new.idempotency_key}
+        try:
+            with self._one() as conn:
+                if new.idempotency_key is not None:
+                    row = conn.execute(st.run_by_key, key).first()
+                    if row is not None:
+                        return _run_from(row), False
+                params = _run_params(new, text)
+                if self._dialect == "mysql":
+                    now = int(conn.execute(st.now).scalar_one())
+                    conn.execute(st.run_insert, {**params, "created_at": now, "updated_at": now})
+                else:
+                    now = int(conn.execute(st.run_insert_returning, params).scalar_one())
+                return _new_run_state(new, text, now), True
+        except sa.exc.IntegrityError:
+            if new.idempotency_key is not None:
+                with self._one() as conn:
+                    row = conn.execute(st.run_by_key, key).first()
+                if row is not None:  # a concurrent start with the same key won
+                    return _run_from(row), False
+            raise StoreError(f"a workflow run with id {new.id!r} already exists") from None
+
+    def get_run(self, run_id: str) -> RunState | None:
+        with self._one() as conn:
+            row = conn.execute(self._st.run_get, {"p_id": run_id}).first()
+        return None if row is None else _run_from(row)
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        workflow: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[RunState]:
+        stmt = self._st.list_runs(
+            status is not None, workflow is not None, since is not None, until is not None
+        )
+        params = {
+            "p_status": None if status is None else RunStatus(status).value,
+            "p_workflow": workflow,
+            "p_since": since,
+            "p_until": until,
+            "p_limit": limit,
+            "p_offset": offset,
+        }
+        with self._one() as conn:
+            return [_run_from(r) for r in conn.execute(stmt, params)]
+
+    def _locked_run(self, conn: sa.Connection, run_id: str) -> tuple[RunState, int]:
+        """Lock the run row for this transaction, then read the DB clock."""
+        row = conn.execute(self._st.run_lock, {"p_id": run_id}).first()
+        if row is None:
+            raise RunNotFoundError(f"no workflow run {run_id!r}")
+        return _run_from(row), int(conn.execute(self._st.now).scalar_one())
+
+    def _reread(self, conn: sa.Connection, run_id: str) -> RunState:
+        return _run_from(conn.execute(self._st.run_get, {"p_id": run_id}).one())
+
+    def request_cancel(self, run_id: str) -> RunState:
+        with self._engine.begin() as conn:
+            run, now = self._locked_run(conn, run_id)
+            if run.status.terminal or run.cancel_requested:
+                return run
+            conn.execute(self._st.run_cancel, {"p_id": run_id, "p_now": now})
+            return self._reread(conn, run_id)
+
+    def send_signal(self, run_id: str, name: str, payload: JSON) -> RunState:
+        text = dumps(payload, f"signal {name!r}", "payload")
+        st = self._st
+        with self._engine.begin() as conn:
+            run, now = self._locked_run(conn, run_id)
+            if run.status.terminal:
+                raise RunSettledError(f"workflow run {run_id} is {run.status}; it takes no signals")
+            # Every signal write holds the run lock, so check-then-insert is safe.
+            if conn.execute(st.signal_exists, {"p_id": run_id, "p_name": name}).first() is None:
+                conn.execute(
+                    st.signal_insert,
+                    {"run_id": run_id, "name": name, "payload": text, "created_at": now},
+                )
+            conn.execute(st.run_touch, {"p_id": run_id, "p_now": now})
+            return self._reread(conn, run_id)
+
+    def retry_run(self, run_id: str) -> RunState:
+        with self._engine.begin() as conn:
+            run, now = self._locked_run(conn, run_id)
+            if run.status != RunStatus.FAILED:
+                raise RunSettledError(
+                    f"workflow run {run_id} is {run.status}; only a failed run can be retried"
+                )
+            conn.execute(self._st.steps_reopen, {"p_id": run_id, "p_now": now})
+            conn.execute(self._st.run_reopen, {"p_id": run_id, "p_now": now})
+            return self._reread(conn, run_id)
+
+    # --- steps ---------------------------------------------------------------
+    def get_steps(self, run_id: str) -> list[StepState]:
+        with self._one() as conn:
+            return [_step_from(r) for r in conn.execute(self._st.steps_of_run, {"p_id": run_id})]
+
+    def get_step(self, step_id: str) -> StepState | None:
+        with self._one() as conn:
+            row = conn.execute(self._st.step_get, {"p_id": step_id}).first()
+        return None if row is None else _step_from(row)
+
+    def get_attempts(self, run_id: str) -> list[AttemptState]:
+        with self._one() as conn:
+            rows = conn.execute(self._st.attempts_of_run, {"p_id": run_id})
+            return [_attempt_from(r) for r in rows]
+
+    def claim_step(
+        self, step_id: str, task_name: str, worker: str, lease_ms: int
+    ) -> StepState | None:
+        st = self._st
+        params = {"p_id": step_id, "p_task": task_name, "p_worker": worker, "p_lease_ms": lease_ms}
+        with self._one() as conn:
+            if st.pg_claim is not None:
+                # One statement: the guarded update, the new attempt row, and
+                # the superseded mark of a lapsed attempt's row.
+                row = conn.execute(st.pg_claim, params).first()
+            elif self._dialect == "sqlite":
+                row = conn.execute(st.claim_returning, params).first()
+            else:  # MySQL: no RETURNING; read back in the same transaction
+                claimed = conn.execute(st.claim, params).rowcount == 1
+                row = conn.execute(st.step_get, {"p_id": step_id}).first() if claimed else None
+            if row is None:
+                recorded = conn.execute(st.step_task_name, {"p_id": step_id}).first()
+                if recorded is not None and recorded.task_name != task_name:
+                    raise WorkflowStepFunctionMismatchError(step_id, recorded.task_name, task_name)
+                return None
+            step = _step_from(row)
+            if st.pg_claim is None:
+                conn.execute(
+                    st.attempt_insert,
+                    {
+                        "step_id": step.id,
+                        "attempt": step.attempt,
+                        "run_id": step.run_id,
+                        "status": AttemptStatus.RUNNING.value,
+                        "worker": worker,
+                        "started_at": step.updated_at,
+                    },
+                )
+                if step.attempt > 1:
+                    conn.execute(st.supersede, {"p_id": step.id, "p_attempt": step.attempt - 1})
+            return step
+
+    def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
+        params = {"p_id": step_id, "p_attempt": attempt, "p_lease_ms": lease_ms}
+        stmt = self._st.park if lease_ms is None else self._st.renew
+        with self._one() as conn:
+            return conn.execute(stmt, params).rowcount == 1
+
+    def _fenced_write(self, conn: sa.Connection, write: Fenced, params: dict[str, Any]) -> bool:
+        """Run a fenced outcome write; False (nothing written) if superseded."""
+        if write.cte is not None:
+            return int(conn.execute(write.cte, params).scalar_one()) == 1
+        if write.both is not None:
+            return conn.execute(write.both, params).rowcount == 2
+        if conn.execute(write.step, params).rowcount != 1:
+            return False
+        conn.execute(write.attempt, params)
+        return True
+
+    def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
+        text = dumps(result, f"step {step_id}", "result")
+        params = {"p_id": step_id, "p_attempt": attempt, "p_result": text}
+        with self._one() as conn:
+            if not self._fenced_write(conn, self._st.fenced["complete"], params):
+                raise WorkflowStepSupersededError(step_id, attempt)
+
+    def fail_step(
+        self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None
+    ) -> None:
+        text = dumps(error, f"step {step_id}", "error")
+        params = {
+            "p_id": step_id,
+            "p_attempt": attempt,
+            "p_error": text,
+            "p_delay_ms": None if retry_delay is None else round(retry_delay * 1000),
+        }
+        write = self._st.fenced["fail" if retry_delay is None else "fail_retry"]
+        with self._one() as conn:
+            if not self._fenced_write(conn, write, params):
+                raise WorkflowStepSupersededError(step_id, attempt)
+
+    def expire_step(self, step_id: str) -> bool:
+        st = self._st
+        with self._engine.begin() as conn:
+            row = conn.execute(st.step_get, {"p_id": step_id}).first()
+            if row is None:
+                return False
+            step = _step_from(row)
+            err = json.dumps(lease_expired_error(step.name, step.attempt))
+            params = {"p_id": step_id, "p_attempt": step.attempt, "p_error": err}
+            if conn.execute(st.expire, params).rowcount != 1:
+                return False
+            conn.execute(st.expire_attempt, params)
+            return True
+
+    def mark_scheduled(self, step_ids: Sequence[str]) -> None:
+        if not step_ids:
+            return
+        with self._one() as conn:
+            conn.execute(self._st.mark_scheduled, {"p_ids": list(step_ids)})
+
+    # --- the orchestration pass ---------------------------------------------
+    def advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
+        """One pass, atomic and serialised per run.
+
+        On PostgreSQL a pass with an outcome first tries the optimistic path
+        (:meth:`_advance_optimistic`); every other pass, and any the
+        optimistic path hands back, is the locked pass (:meth:`_advance`).
+        A deadlock (a child run ending while its parent cancels it, each
+        holding its own run row) rolls back and retries the whole pass. So
+        ``decide`` may be called more than once and must be a pure function
+        of the view (the replay is).
+        """
+        for attempt in range(DEADLOCK_RETRIES):
+            try:
+                if self._st.pg_view is not None and outcome is not None:
+                    done = self._advance_optimistic(run_id, outcome, decide)
+                    if done is not None:
+                        return done
+                return self._advance(run_id, outcome, decide)
+            except sa.exc.DBAPIError as exc:
+                if attempt + 1 == DEADLOCK_RETRIES or not _is_deadlock(exc):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _advance_optimistic(
+        self, run_id: str, outcome: StepOutcome, decide: Decide
+    ) -> AdvanceResult | None:
+        """PostgreSQL's hot path: one unlocked read, then the whole pass as one
+        version-checked statement (:meth:`.statements.Statements.pg_pass`), both in
+        autocommit: two round trips and one commit.
+
+        None, with nothing written, when the locked pass must do it instead:
+        the version moved (another pass or a signal came first), the run has
+        ended, or the decision is not a plain sequential step (fan-out, child
+        runs, resolutions...). The locked pass then reads and decides afresh,
+        so ``decide`` must be pure (the replay is).
+        """
+        st = self._st
+        assert st.pg_view is not None
+        with self._one() as conn:
+            rows = conn.execute(st.pg_view, {"p_id": run_id}).all()
+            if not rows:
+                raise RunNotFoundError(f"no workflow run {run_id!r}")
+            head = rows[0]
+            run = _run_from(head, "r_")
+            if run.status.terminal:
+                return None
+            now = int(head.db_now)
+            steps = [_step_from(r) for r in rows if r.id is not None]
+            prepared = _prepare_outcome(steps, outcome, now)
+            signals: dict[str, JSON] = {}
+            if head.has_signals:
+                for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
+                    signals[name] = loads(payload)
+            view = RunView(run=run, steps=prepared.steps, signals=signals, now=now)
+            decision = decide(view)
+            encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
+            ends = decision.run_status is not None and decision.run_status.terminal
+            if (
+                decision.resolutions
+                or decision.redispatch
+                or decision.cancel_children
+                or len(encoded.steps) > 1
+                or any(e.child_input is not None for e in encoded.steps)
+                or (ends and run.parent_run_id is not None)
+            ):
+                return None
+            params: dict[str, Any] = {
+                **prepared.params,
+                "p_run": run.id,
+                "p_version": run.version,
+                "p_wake_at": decision.wake_at,
+            }
+            new_run = replace(
+                run,
+                version=run.version + 1,
+                updated_at=now,
+                wake_at=decision.wake_at,
+                next_sweep_at=None,
+                sweep_count=0,
+            )
+            if ends:
+                assert decision.run_status is not None
+                params.update(
+                    p_run_status=decision.run_status.value,
+                    p_output=encoded.output,
+                    p_run_error=encoded.error,
+                )
+                new_run = replace(
+                    new_run,
+                    status=decision.run_status,
+                    output=loads(encoded.output),
+                    error=loads(encoded.error),
+                    wake_at=None,
+                )
+            publish: list[StepState] = []
+            for enc in encoded.steps:
+                step = _new_step_state(run, enc, now)
+                row = _step_params(step, enc.args, enc.kwargs, enc.value)
+                params.update({f"n_{k}": v for k, v in row.items()})
+                if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
+                    publish.append(step)
+            stmt = st.pg_pass(prepared.kind, bool(encoded.steps), ends)
+            pinned, fenced = conn.execute(stmt, params).one()
+            if not pinned:
+                return None
+            if not fenced:
+                raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+        return AdvanceResult(run=new_run, steps=publish, decision=decision)
+
+    def _advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
+        st = self._st
+        with self._engine.begin() as conn:
+            # Lock first, read after: the read must see every pass committed
+            # before this one (a statement that waited for the lock would not).
+            row = conn.execute(st.run_lock, {"p_id": run_id}).first()
+            if row is None:
+                raise RunNotFoundError(f"no workflow run {run_id!r}")
+            run = _run_from(row)
+            if run.status.terminal and outcome is None:
+                return AdvanceResult(run=run, steps=[], decision=None)
+            rows = conn.execute(st.pass_read, {"p_id": run_id}).all()
+            now = int(rows[0].db_now)
+            has_signals = bool(rows[0].has_signals)
+            steps = [_step_from(r) for r in rows if r.id is not None]
+            if outcome is not None:
+                steps = self._apply_outcome(conn, steps, outcome, now)
+            if run.status.terminal:
+                return AdvanceResult(run=run, steps=[], decision=None)
+            signals: dict[str, JSON] = {}
+            if has_signals:
+                for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
+                    signals[name] = loads(payload)
+            view = RunView(run=run, steps=steps, signals=signals, now=now)
+            decision = decide(view)
+            return self._apply_decision(conn, run, view, decision)
+
+    def _apply_outcome(
+        self, conn: sa.Connection, steps: list[StepState], outcome: StepOutcome, now: int
+    ) -> list[StepState]:
+        """The fenced outcome write; returns ``steps`` as they now are."""
+        prepared = _prepare_outcome(steps, outcome, now)
+        if not self._fenced_write(conn, self._st.fenced_at[prepared.kind], prepared.params):
+            raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+        return prepared.steps
+
+    def _apply_decision(
+        self, conn: sa.Connection, run: RunState, view: RunView, decision: Decision
+    ) -> AdvanceResult:
+        st = self._st
+        encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
+        now = view.now
+        by_id = {s.id: s for s in view.steps}
+        publish: list[StepState] = []
+
+        resolved: list[dict[str, Any]] = []
+        child_attempts: list[dict[str, Any]] = []
+        for enc in encoded.resolutions:
+            res = enc.resolution
+            step = by_id[res.step_id]
+            if step.settled:
+                continue
+            status = StepStatus.SUCCEEDED if res.ok else StepStatus.FAILED
+            resolved.append(
+                {
+                    "p_id": step.id,
+                    "p_status": status.value,
+                    "p_result": enc.result,
+                    "p_error": enc.error,
+                    "p_now": now,
+                }
+            )
+            by_id[step.id] = replace(
+                step,
+                status=status,
+                result=loads(enc.result),
+                error=loads(enc.error),
+                lease_expires_at=None,
+                wake_at=None,
+                updated_at=now,
+            )
+            if step.kind == StepKind.CHILD:
+                child_attempts.append(
+                    {
+                        "p_id": step.id,
+                        "p_attempt": step.attempt,
+                        "p_status": (
+                            AttemptStatus.SUCCEEDED if res.ok else AttemptStatus.FAILED
+                        ).value,
+                        "p_result": enc.result,
+                        "p_error": enc.error,
+                        "p_now": now,
+                    }
+                )
+        if resolved:
+            conn.execute(st.resolve, resolved)
+        if child_attempts:
+            conn.execute(st.resolve_attempt, child_attempts)
+
+        children = self._insert_steps(conn, run, encoded, now, publish)
+
+        if decision.redispatch:
+            conn.execute(st.redispatch, {"p_ids": list(decision.redispatch), "p_now": now})
+            for sid in decision.redispatch:
+                by_id[sid] = replace(by_id[sid], scheduled_at=now)
+                publish.append(by_id[sid])
+        for child_id in decision.cancel_children:
+            if conn.execute(st.cancel_child, {"p_id": child_id, "p_now": now}).rowcount == 1:
+                children.append(child_id)
+
+        parent_to_wake = None
+        ends = decision.run_status is not None and decision.run_status.terminal
+        if ends:
+            assert decision.run_status is not None
+            conn.execute(
+                st.run_end,
+                {
+                    "p_id": run.id,
+                    "p_now": now,
+                    "p_status": decision.run_status.value,
+                    "p_output": encoded.output,
+                    "p_error": encoded.error,
+                },
+            )
+            new_run = replace(
+                run,
+                status=decision.run_status,
+                output=loads(encoded.output),
+                error=loads(encoded.error),
+                wake_at=None,
+            )
+            parent_to_wake = self._settle_parent_step(conn, new_run, decision, now)
+        else:
+            conn.execute(st.run_pass, {"p_id": run.id, "p_now": now, "p_wake_at": decision.wake_at})
+            new_run = replace(run, wake_at=decision.wake_at)
+        new_run = replace(
+            new_run, version=run.version + 1, updated_at=now, next_sweep_at=None, sweep_count=0
+        )
+        return AdvanceResult(
+            run=new_run,
+            steps=publish,
+            decision=decision,
+            parent_to_wake=parent_to_wake,
+            children_to_wake=children,
+        )
+
+    def _insert_steps(
+        self,
+        conn: sa.Connection,
+        run: RunState,
+        encoded: EncodedDecision,
+        now: int,
+        publish: list[StepState],
+    ) -> list[str]:
+        """Insert the pass's new steps (and child runs), batched per table."""
+        if not encoded.steps:
+            return []
+        steps: list[dict[str, Any]] = []
+        child_runs: list[dict[str, Any]] = []
+        attempts: list[dict[str, Any]] = []
+        children: list[str] = []
+        for enc in encoded.steps:
+            new = enc.new
+            step = _new_step_state(run, enc, now)
+            if new.kind != StepKind.VALUE and new.child is not None and enc.child_input is not None:
+                child = replace(new.child, parent_run_id=run.id, parent_step_id=enc.id)
+                child_runs.append(
+                    {**_run_params(child, enc.child_input), "created_at": now, "updated_at": now}
+                )
+                step = replace(
+                    step,
+                    status=StepStatus.RUNNING,
+                    attempt=1,
+                    lease_expires_at=None,
+                    child_run_id=child.id,
+                )
+                attempts.append(
+                    {
+                        "step_id": enc.id,
+                        "attempt": 1,
+                        "run_id": run.id,
+                        "status": AttemptStatus.RUNNING.value,
+                        "worker": None,
+                        "started_at": now,
+                    }
+                )
+                children.append(child.id)
+            steps.append(_step_params(step, enc.args, enc.kwargs, enc.value))
+            if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
+                publish.append(step)
+        if child_runs:
+            conn.execute(self._st.run_insert, child_runs)
+        try:
+            conn.execute(self._st.step_insert, steps)
+        except sa.exc.IntegrityError as exc:
+            raise DuplicateStepError(
+                f"workflow run {run.id} already has one of the steps "
+                f"{[e.new.name for e in encoded.steps]!r}"
+            ) from exc
+        if attempts:
+            conn.execute(self._st.attempt_insert, attempts)
+        return children
+
+    def _settle_parent_step(
+        self, conn: sa.Connection, run: RunState, decision: Decision, now: int
+    ) -> str | None:
+        """The ended child run settles its parent's parked step (rules.child_outcome)."""
+        if run.parent_run_id is None or run.parent_step_id is None:
+            return None
+        st = self._st
+        ok, result, error = child_outcome(
+            run.id, replace(decision, output=run.output, error=run.error)
+        )
+        params = {
+            "p_id": run.parent_step_id,
+            "p_parent": run.parent_run_id,
+            "p_child": run.id,
+            "p_status": (StepStatus.SUCCEEDED if ok else StepStatus.FAILED).value,
+            "p_result": json.dumps(result) if ok else None,
+            "p_error": None if error is None else json.dumps(error),
+            "p_now": now,
+        }
+        if conn.execute(st.settle_parent_step, params).rowcount != 1:
+            return None
+        attempt_status = (AttemptStatus.SUCCEEDED if ok else AttemptStatus.FAILED).value
+        conn.execute(st.settle_parent_attempt, {**params, "p_status": attempt_status})
+        conn.execute(st.touch_parent, {"p_id": run.parent_run_id, "p_now": now})
+        return run.parent_run_id
+
+    # --- sweep ---------------------------------------------------------------
+    def lapsed_steps(self, limit: int) -> list[StepState]:
+        with self._one() as conn:
+            return [_step_from(r) for r in conn.execute(self._st.lapsed, {"p_limit": limit})]
+
+    def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
+        params = {"p_older_ms": older_than_ms, "p_limit": limit}
+        with self._one() as conn:
+            return [_step_from(r) for r in conn.execute(self._st.undispatched, params)]
+
+    def due_steps(self, limit: int) -> list[StepState]:
+        with self._one() as conn:
+            return [_step_from(r) for r in conn.execute(self._st.due, {"p_limit": limit})]
+
+    def idle_runs(self, idle_ms: int, limit: int) -> list[RunState]:
+        params = {"p_idle_ms": idle_ms, "p_limit": limit}
+        with self._one() as conn:
+            return [_run_from(r) for r in conn.execute(self._st.idle, params)]
+
+    def note_swept(self, run_id: str, backoff_ms: int) -> bool:
+        params = {"p_id": run_id, "p_backoff_ms": backoff_ms}
+        with self._one() as conn:
+            return conn.execute(self._st.note_swept, params).rowcount == 1

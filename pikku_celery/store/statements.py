@@ -1,0 +1,644 @@
+"""Every statement of the SQL workflow store, built once per dialect.
+
+Kept apart from :mod:`.sql` (the store's behaviour) so each statement can be
+read, compiled and EXPLAINed on its own. Times are epoch milliseconds on the
+database's clock (:func:`pikku_celery.db.now_ms_expr`); a pass that must use
+one 'now' for several rows binds ``p_now``, read earlier in its transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..db import now_ms_expr
+from .model import AttemptStatus, RunStatus, StepKind, StepStatus
+from .schema import attempt_table, run_table, signal_table, step_table
+
+Dialect = Literal["postgresql", "mysql", "sqlite"]
+
+R, S, A, G = run_table, step_table, attempt_table, signal_table
+TERMINAL = [RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value]
+
+
+def _p(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParameter[Any]:
+    """A named bind parameter; all are prefixed ``p_`` so none clashes with
+    the automatic parameters of a SET or VALUES clause."""
+    return sa.bindparam(f"p_{name}", type_=type_)
+
+
+def _settled(t: sa.Table) -> ColumnElement[bool]:
+    return sa.or_(
+        t.c.status == StepStatus.SUCCEEDED.value,
+        sa.and_(t.c.status == StepStatus.FAILED.value, t.c.wake_at.is_(None)),
+    )
+
+
+def _unsettled(t: sa.Table) -> ColumnElement[bool]:
+    return sa.or_(
+        _status_in(t, StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING),
+        sa.and_(t.c.status == StepStatus.FAILED.value, t.c.wake_at.is_not(None)),
+    )
+
+
+def _status_in(t: sa.Table, *statuses: str) -> ColumnElement[bool]:
+    """``status IN (...)`` spelled as ORs: a constant IN list would compile to
+    an 'expanding' parameter that SQLAlchemy rewrites on every execution."""
+    return sa.or_(*[t.c.status == str(s) for s in statuses])
+
+
+def _not_terminal(t: sa.Table) -> ColumnElement[bool]:
+    return sa.and_(*[t.c.status != s for s in TERMINAL])
+
+
+def _lit(value: str) -> ColumnElement[str]:
+    """An inline SQL string constant (used inside INSERT ... SELECT)."""
+    return sa.literal_column(f"'{value}'", sa.String())
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """A fenced outcome write, matching only ``attempt = :mine AND status =
+    'running'``: one statement for step and attempt row where the dialect
+    allows (a CTE on PostgreSQL, a two-table UPDATE on MySQL), else two."""
+
+    cte: sa.Select[Any] | None  # PostgreSQL: returns 1 if the fence held, else 0
+    both: sa.Update | None  # MySQL: matches 2 rows if the fence held, else 0
+    step: sa.Update
+    attempt: sa.Update
+
+
+OUTCOMES = ("complete", "fail", "fail_retry")
+FENCE = (
+    S.c.id == _p("id"),
+    S.c.attempt == _p("attempt"),
+    S.c.status == StepStatus.RUNNING.value,
+)
+
+
+def _outcome_values(kind: str, now: ColumnElement[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(step row SET, attempt row SET) of outcome ``kind`` on the clock ``now``."""
+    step: dict[str, Any] = {
+        "status": StepStatus.SUCCEEDED.value,
+        "result": _p("result"),
+        "error": sa.null(),
+        "wake_at": sa.null(),
+    }
+    attempt: dict[str, Any] = {"status": AttemptStatus.SUCCEEDED.value, "result": _p("result")}
+    if kind != "complete":
+        retry_at = sa.case(
+            (S.c.attempt < S.c.max_attempts, now + _p("delay_ms", sa.BigInteger())),
+            else_=sa.null(),
+        )
+        step = {
+            "status": StepStatus.FAILED.value,
+            "result": sa.null(),
+            "error": _p("error"),
+            "wake_at": retry_at if kind == "fail_retry" else sa.null(),
+            "scheduled_at": sa.null(),  # the next attempt's message is not sent yet
+        }
+        attempt = {"status": AttemptStatus.FAILED.value, "error": _p("error")}
+    step.update(lease_expires_at=sa.null(), updated_at=now)
+    return step, attempt
+
+
+def _fenced_writes(dialect: Dialect, now: ColumnElement[int]) -> dict[str, Fenced]:
+    """complete / fail (final) / fail (retry) on the clock ``now``."""
+    out: dict[str, Fenced] = {}
+    for kind in OUTCOMES:
+        step_values, attempt_values = _outcome_values(kind, now)
+        step = sa.update(S).where(*FENCE).values(**step_values)
+        attempt = (
+            sa.update(A)
+            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .values(**attempt_values, finished_at=now)
+        )
+        cte = both = None
+        if dialect == "postgresql":
+            done = step.returning(S.c.id, S.c.attempt, S.c.updated_at).cte("done")
+            recorded = (
+                sa.update(A)
+                .where(A.c.step_id == done.c.id, A.c.attempt == done.c.attempt)
+                .values(**attempt_values, finished_at=done.c.updated_at)
+                .cte("recorded")
+            )
+            cte = sa.select(sa.func.count()).select_from(done).add_cte(recorded)
+        elif dialect == "mysql":
+            # UTC_TIMESTAMP() is fixed for the statement: both rows get one time.
+            both = (
+                sa.update(S)
+                .where(*FENCE, A.c.step_id == S.c.id, A.c.attempt == S.c.attempt)
+                .values(
+                    {S.c[k]: v for k, v in step_values.items()}
+                    | {A.c[k]: v for k, v in attempt_values.items()}
+                    | {A.c.finished_at: now}
+                )
+            )
+        out[kind] = Fenced(cte=cte, both=both, step=step, attempt=attempt)
+    return out
+
+
+def _union_oldest(
+    members: Sequence[sa.Select[Any]], order: Callable[[Any], ColumnElement[Any]]
+) -> sa.Select[Any]:
+    """Oldest first across several index ranges, at most ``p_limit`` rows.
+
+    Each member is one equality-prefixed range of an index, ordered and
+    limited on its own, so each is an index range scan; the union of at most
+    ``len(members) * limit`` rows is then sorted. Members are wrapped as
+    subqueries so SQLite accepts their ORDER BY/LIMIT.
+    """
+    limit = _p("limit", sa.Integer())
+    subs = [sa.select(m.limit(limit).subquery()) for m in members]
+    union = sa.union_all(*subs).subquery("oldest")
+    return sa.select(union).order_by(order(union.c)).limit(limit)
+
+
+class Statements:
+    """Every statement the store runs, built once per dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        now = now_ms_expr(dialect)
+        at = _p("now", sa.BigInteger())  # a DB-clock 'now' read earlier in the transaction
+        self.now = sa.select(now)
+
+        # --- runs ------------------------------------------------------------
+        self.run_get = sa.select(R).where(R.c.id == _p("id"))
+        self.run_lock = self.run_get if dialect == "sqlite" else self.run_get.with_for_update()
+        self.run_by_key = sa.select(R).where(
+            R.c.workflow == _p("workflow"), R.c.idempotency_key == _p("key")
+        )
+        self.run_insert = sa.insert(R)
+        self.run_insert_returning = (
+            sa.insert(R).values(created_at=now, updated_at=now).returning(R.c.created_at)
+        )
+        not_terminal = _not_terminal(R)
+        self.run_cancel = (
+            sa.update(R)
+            .where(R.c.id == _p("id"), not_terminal, R.c.cancel_requested == sa.false())
+            .values(cancel_requested=True, version=R.c.version + 1, updated_at=at)
+        )
+        self.run_touch = (
+            sa.update(R).where(R.c.id == _p("id")).values(version=R.c.version + 1, updated_at=at)
+        )
+        self.run_reopen = (
+            sa.update(R)
+            .where(R.c.id == _p("id"))
+            .values(
+                status=RunStatus.RUNNING.value,
+                error=sa.null(),
+                wake_at=at,
+                version=R.c.version + 1,
+                updated_at=at,
+            )
+        )
+        self.steps_reopen = (
+            sa.update(S)
+            .where(
+                S.c.run_id == _p("id"),
+                S.c.kind == StepKind.TASK.value,
+                S.c.status == StepStatus.FAILED.value,
+            )
+            .values(wake_at=at, max_attempts=S.c.attempt + S.c.max_attempts, updated_at=at)
+        )
+        self.signal_exists = sa.select(G.c.name).where(
+            G.c.run_id == _p("id"), G.c.name == _p("name")
+        )
+        self.signal_insert = sa.insert(G)
+        self.signals_of_run = sa.select(G.c.name, G.c.payload).where(G.c.run_id == _p("id"))
+
+        # --- steps -----------------------------------------------------------
+        self.step_get = sa.select(S).where(S.c.id == _p("id"))
+        self.step_task_name = sa.select(S.c.task_name).where(S.c.id == _p("id"))
+        self.steps_of_run = sa.select(S).where(S.c.run_id == _p("id")).order_by(S.c.seq)
+        # The pass's read: its DB 'now', whether the run has signals, and its
+        # steps in order; one row of NULL step columns when it has none.
+        head = sa.select(
+            now.label("db_now"),
+            sa.exists().where(G.c.run_id == _p("id")).label("has_signals"),
+        ).subquery("head")
+        self.pass_read = (
+            sa.select(head.c.db_now, head.c.has_signals, S)
+            .select_from(head.outerjoin(S, S.c.run_id == _p("id")))
+            .order_by(S.c.seq)
+        )
+        # PostgreSQL's optimistic pass reads the run too, unlocked, in one go.
+        self.pg_view: sa.Select[Any] | None = None
+        if dialect == "postgresql":
+            run_head = (
+                sa.select(
+                    *[c.label(f"r_{c.name}") for c in R.c],
+                    now.label("db_now"),
+                    sa.exists().where(G.c.run_id == R.c.id).label("has_signals"),
+                )
+                .where(R.c.id == _p("id"))
+                .subquery("head")
+            )
+            self.pg_view = (
+                sa.select(run_head, S)
+                .select_from(run_head.outerjoin(S, S.c.run_id == run_head.c.r_id))
+                .order_by(S.c.seq)
+            )
+        # through the run's steps: the attempt table needs no index of its own
+        self.attempts_of_run = (
+            sa.select(A)
+            .join(S, S.c.id == A.c.step_id)
+            .where(S.c.run_id == _p("id"))
+            .order_by(A.c.started_at, A.c.step_id, A.c.attempt)
+        )
+        self.step_insert = sa.insert(S)
+        self.attempt_insert = sa.insert(A)
+
+        # Rule 1: the claim is one guarded write on the DB clock.
+        claimable = sa.or_(
+            _status_in(S, StepStatus.PENDING, StepStatus.SCHEDULED),
+            sa.and_(
+                S.c.status == StepStatus.FAILED.value,
+                S.c.attempt < S.c.max_attempts,
+                S.c.wake_at.is_not(None),
+                S.c.wake_at <= now,
+            ),
+            sa.and_(
+                S.c.status == StepStatus.RUNNING.value,
+                S.c.lease_expires_at.is_not(None),
+                S.c.lease_expires_at <= now,
+                S.c.attempt < S.c.max_attempts,
+            ),
+        )
+        self.claim = (
+            sa.update(S)
+            .where(
+                S.c.id == _p("id"),
+                S.c.task_name == _p("task"),
+                S.c.kind == StepKind.TASK.value,
+                claimable,
+            )
+            .values(
+                status=StepStatus.RUNNING.value,
+                attempt=S.c.attempt + 1,
+                lease_expires_at=now + _p("lease_ms", sa.BigInteger()),
+                wake_at=sa.null(),
+                worker=_p("worker"),
+                result=sa.null(),
+                error=sa.null(),
+                updated_at=now,
+            )
+        )
+        self.claim_returning = self.claim.returning(*S.c)
+        # A lapsed takeover leaves the previous attempt row 'running' (a failed
+        # or expired attempt row is never 'running'): mark it superseded.
+        self.supersede = (
+            sa.update(A)
+            .where(
+                A.c.step_id == _p("id"),
+                A.c.attempt == _p("attempt"),
+                A.c.status == AttemptStatus.RUNNING.value,
+            )
+            .values(status=AttemptStatus.SUPERSEDED.value)
+        )
+        self.pg_claim: sa.Select[Any] | None = None
+        if dialect == "postgresql":
+            claimed = self.claim_returning.cte("claimed")
+            superseded = (
+                sa.update(A)
+                .where(
+                    # the step id as a parameter, not claimed.id: the planner
+                    # then seeks the primary key instead of scanning attempts
+                    A.c.step_id == _p("id"),
+                    A.c.attempt == claimed.c.attempt - 1,
+                    A.c.status == AttemptStatus.RUNNING.value,
+                )
+                .values(status=AttemptStatus.SUPERSEDED.value)
+                .cte("superseded")
+            )
+            recorded = (
+                sa.insert(A)
+                .from_select(
+                    ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
+                    sa.select(
+                        claimed.c.id,
+                        claimed.c.attempt,
+                        claimed.c.run_id,
+                        _lit(AttemptStatus.RUNNING.value),
+                        claimed.c.worker,
+                        claimed.c.updated_at,
+                    ),
+                )
+                .cte("recorded")
+            )
+            self.pg_claim = sa.select(claimed).add_cte(superseded, recorded)
+
+        # Rule 3: renewal is fenced and never revives a lapsed lease.
+        renewable = (
+            S.c.id == _p("id"),
+            S.c.attempt == _p("attempt"),
+            S.c.status == StepStatus.RUNNING.value,
+            sa.or_(S.c.lease_expires_at.is_(None), S.c.lease_expires_at > now),
+        )
+        self.renew = (
+            sa.update(S)
+            .where(*renewable)
+            .values(lease_expires_at=now + _p("lease_ms", sa.BigInteger()), updated_at=now)
+        )
+        self.park = (
+            sa.update(S).where(*renewable).values(lease_expires_at=sa.null(), updated_at=now)
+        )
+
+        # Rule 2: fenced outcomes, on the statement's clock (standalone) or on
+        # the pass's 'now' (inside advance, so the view and the rows agree).
+        self.fenced = _fenced_writes(dialect, now)
+        self.fenced_at = _fenced_writes(dialect, at)
+
+        # Rule 5: a lapsed last attempt fails for good.
+        self.expire = (
+            sa.update(S)
+            .where(
+                S.c.id == _p("id"),
+                S.c.attempt == _p("attempt"),
+                S.c.status == StepStatus.RUNNING.value,
+                S.c.lease_expires_at.is_not(None),
+                S.c.lease_expires_at <= now,
+                S.c.attempt >= S.c.max_attempts,
+            )
+            .values(
+                status=StepStatus.FAILED.value,
+                error=_p("error"),
+                lease_expires_at=sa.null(),
+                wake_at=sa.null(),
+                updated_at=now,
+            )
+        )
+        self.expire_attempt = (
+            sa.update(A)
+            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .values(status=AttemptStatus.LEASE_EXPIRED.value, error=_p("error"), finished_at=now)
+        )
+        self.mark_scheduled = (
+            sa.update(S)
+            .where(
+                S.c.id.in_(sa.bindparam("p_ids", expanding=True)),
+                sa.or_(
+                    _status_in(S, StepStatus.PENDING, StepStatus.SCHEDULED),
+                    sa.and_(S.c.status == StepStatus.FAILED.value, S.c.wake_at.is_not(None)),
+                ),
+            )
+            .values(
+                status=sa.case(
+                    (S.c.status == StepStatus.PENDING.value, StepStatus.SCHEDULED.value),
+                    else_=S.c.status,
+                ),
+                scheduled_at=now,
+            )
+        )
+
+        # --- the pass's writes (on its 'now') -----------------------------------
+        self.resolve = (
+            sa.update(S)
+            .where(S.c.id == _p("id"), sa.not_(_settled(S)))
+            .values(
+                status=_p("status"),
+                result=_p("result"),
+                error=_p("error"),
+                lease_expires_at=sa.null(),
+                wake_at=sa.null(),
+                updated_at=at,
+            )
+        )
+        self.resolve_attempt = (
+            sa.update(A)
+            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .values(status=_p("status"), result=_p("result"), error=_p("error"), finished_at=at)
+        )
+        self.redispatch = (
+            sa.update(S)
+            .where(S.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+            .values(scheduled_at=at)
+        )
+        self.cancel_child = (
+            sa.update(R)
+            .where(R.c.id == _p("id"), not_terminal, R.c.cancel_requested == sa.false())
+            .values(cancel_requested=True, version=R.c.version + 1, updated_at=at)
+        )
+        pass_values: dict[str, Any] = {
+            "version": R.c.version + 1,
+            "updated_at": at,
+            "wake_at": _p("wake_at", sa.BigInteger()),
+            "next_sweep_at": sa.null(),
+            "sweep_count": 0,
+        }
+        self.run_pass = sa.update(R).where(R.c.id == _p("id")).values(**pass_values)
+        self.run_end = (
+            sa.update(R)
+            .where(R.c.id == _p("id"))
+            .values(
+                **{**pass_values, "wake_at": sa.null()},
+                status=_p("status"),
+                output=_p("output"),
+                error=_p("error"),
+            )
+        )
+        self.settle_parent_step = (
+            sa.update(S)
+            .where(
+                S.c.id == _p("id"),
+                S.c.run_id == _p("parent"),
+                S.c.status == StepStatus.RUNNING.value,
+                S.c.child_run_id == _p("child"),
+            )
+            .values(
+                status=_p("status"),
+                result=_p("result"),
+                error=_p("error"),
+                wake_at=sa.null(),
+                updated_at=at,
+            )
+        )
+        current_attempt = sa.select(S.c.attempt).where(S.c.id == _p("id")).scalar_subquery()
+        self.settle_parent_attempt = (
+            sa.update(A)
+            .where(A.c.step_id == _p("id"), A.c.attempt == current_attempt)
+            .values(status=_p("status"), result=_p("result"), error=_p("error"), finished_at=at)
+        )
+        self.touch_parent = (
+            sa.update(R)
+            .where(R.c.id == _p("id"), not_terminal)
+            .values(version=R.c.version + 1, updated_at=at)
+        )
+
+        self.note_swept = (
+            sa.update(R)
+            .where(
+                R.c.id == _p("id"),
+                not_terminal,
+                sa.or_(R.c.next_sweep_at.is_(None), R.c.next_sweep_at <= now),
+            )
+            .values(
+                next_sweep_at=now + _p("backoff_ms", sa.BigInteger()),
+                sweep_count=R.c.sweep_count + 1,
+            )
+        )
+
+        # --- sweep: each an index range scan, oldest first, limited ----------
+        # 'now' as an uncorrelated scalar subquery: PostgreSQL's clock_timestamp()
+        # is volatile, so compared directly it could only filter rows, never
+        # bound an index range; a subquery is evaluated once (an InitPlan) and
+        # its value can.
+        now = sa.select(now).scalar_subquery()
+        self.lapsed = (
+            sa.select(S)
+            .where(
+                S.c.status == StepStatus.RUNNING.value,
+                S.c.lease_expires_at.is_not(None),
+                S.c.lease_expires_at <= now,
+            )
+            .order_by(S.c.lease_expires_at)
+            .limit(_p("limit", sa.Integer()))
+        )
+        cutoff = now - _p("older_ms", sa.BigInteger())
+        undispatched: list[sa.Select[Any]] = []
+        for status in (StepStatus.SCHEDULED.value, StepStatus.PENDING.value):
+            task = (S.c.status == status, S.c.kind == StepKind.TASK.value)
+            undispatched.append(
+                sa.select(S).where(*task, S.c.scheduled_at <= cutoff).order_by(S.c.scheduled_at)
+            )
+            undispatched.append(
+                sa.select(S)
+                .where(*task, S.c.scheduled_at.is_(None), S.c.created_at <= cutoff)
+                .order_by(S.c.created_at)
+            )
+        self.undispatched = _union_oldest(
+            undispatched, lambda c: sa.func.coalesce(c.scheduled_at, c.created_at)
+        )
+        self.due = _union_oldest(
+            [
+                sa.select(S)
+                .where(S.c.status == status, S.c.wake_at.is_not(None), S.c.wake_at <= now)
+                .order_by(S.c.wake_at)
+                for status in (StepStatus.SCHEDULED.value, StepStatus.FAILED.value)
+            ],
+            lambda c: c.wake_at,
+        )
+        in_flight = sa.exists().where(S.c.run_id == R.c.id, _unsettled(S))
+        self.idle = (
+            sa.select(R)
+            .where(
+                R.c.status == RunStatus.RUNNING.value,
+                R.c.updated_at <= now - _p("idle_ms", sa.BigInteger()),
+                sa.not_(in_flight),
+            )
+            .order_by(R.c.updated_at)
+            .limit(_p("limit", sa.Integer()))
+        )
+
+    @functools.lru_cache(maxsize=16)  # noqa: B019 - one instance per dialect, kept for good
+    def pg_pass(self, kind: str, new_step: bool, ends: bool) -> sa.Select[Any]:
+        """A whole pass as ONE PostgreSQL statement (the optimistic hot path).
+
+        ``pinned`` locks the run row only if its version is still the one the
+        pass read (so lock order is run, then step, as in the locked pass);
+        the fenced outcome needs ``pinned``; the run update needs the
+        outcome; the new step needs the run update. Returns (pinned, fenced):
+        (0, 0) the version moved and nothing was written; (1, 0) the outcome
+        was superseded and nothing was written; (1, 1) the pass landed.
+        """
+        at = _p("now", sa.BigInteger())
+        pinned = (
+            sa.select(R.c.id)
+            .where(R.c.id == _p("run"), R.c.version == _p("version", sa.BigInteger()))
+            .with_for_update()
+            .cte("pinned")
+        )
+        step_values, attempt_values = _outcome_values(kind, at)
+        outcome = (
+            sa.update(S)
+            .where(*FENCE, sa.exists(sa.select(pinned.c.id)))
+            .values(**step_values)
+            .returning(S.c.id, S.c.attempt)
+            .cte("outcome")
+        )
+        outcome_attempt = (
+            sa.update(A)
+            .where(A.c.step_id == outcome.c.id, A.c.attempt == outcome.c.attempt)
+            .values(**attempt_values, finished_at=at)
+            .cte("outcome_attempt")
+        )
+        run_values: dict[str, Any] = {
+            "version": R.c.version + 1,
+            "updated_at": at,
+            "wake_at": _p("wake_at", sa.BigInteger()),
+            "next_sweep_at": sa.null(),
+            "sweep_count": 0,
+        }
+        if ends:
+            run_values.update(
+                wake_at=sa.null(),
+                status=_p("run_status"),
+                output=_p("output"),
+                error=_p("run_error"),
+            )
+        passed = (
+            sa.update(R)
+            .where(R.c.id == _p("run"), sa.exists(sa.select(outcome.c.id)))
+            .values(**run_values)
+            .returning(R.c.id)
+            .cte("passed")
+        )
+        ctes: list[Any] = [outcome_attempt, passed]
+        if new_step:
+            cols = list(S.c)
+            recorded = (
+                sa.insert(S)
+                .from_select(
+                    [c.name for c in cols],
+                    sa.select(*[sa.bindparam(f"n_{c.name}", type_=c.type) for c in cols]).where(
+                        sa.exists(sa.select(passed.c.id))
+                    ),
+                )
+                .cte("recorded")
+            )
+            ctes.append(recorded)
+        count = sa.func.count()
+        return sa.select(
+            sa.select(count).select_from(pinned).scalar_subquery().label("pinned"),
+            sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),
+        ).add_cte(*ctes)
+
+    @functools.lru_cache(maxsize=32)  # noqa: B019 - one instance per dialect, kept for good
+    def list_runs(self, status: bool, workflow: bool, since: bool, until: bool) -> sa.Select[Any]:
+        """One statement per combination of filters, built on first use."""
+        q = sa.select(R)
+        if status:
+            q = q.where(R.c.status == _p("status"))
+        if workflow:
+            q = q.where(R.c.workflow == _p("workflow"))
+        if since:
+            q = q.where(R.c.created_at >= _p("since", sa.BigInteger()))
+        if until:
+            q = q.where(R.c.created_at < _p("until", sa.BigInteger()))
+        return (
+            q.order_by(R.c.created_at.desc(), R.c.id.desc())
+            .limit(_p("limit", sa.Integer()))
+            .offset(_p("offset", sa.Integer()))
+        )
+
+
+@functools.cache
+def statements(dialect: Dialect) -> Statements:
+    return Statements(dialect)
+
+
+def dialect_of(engine: sa.Engine) -> Dialect:
+    name = engine.dialect.name
+    if name == "postgresql":
+        return "postgresql"
+    if name in ("mysql", "mariadb"):
+        return "mysql"
+    if name == "sqlite":
+        return "sqlite"
+    raise ValueError(f"unsupported database dialect for the workflow store: {name}")

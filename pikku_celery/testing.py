@@ -1,0 +1,171 @@
+"""Helpers for testing workflows without a broker.
+
+``InlineDispatcher`` is a deterministic, single-threaded stand-in for Celery:
+messages go into a local queue (countdowns honoured in order) and
+``run_until_idle`` delivers them to the engine one by one. Tests can drop
+messages to play a lossy broker.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .engine.core import WorkflowEngine
+from .engine.execute import call_with
+from .errors import UnknownTaskError
+from .lease.memory import InMemoryLeaseService
+from .store.base import WorkflowStore
+from .store.memory import InMemoryWorkflowStore
+from .store.model import StepState
+
+
+@dataclass(order=True)
+class Message:
+    due: float
+    seq: int
+    kind: str = field(compare=False)  # "step" or "run"
+    run_id: str = field(compare=False)
+    step_id: str | None = field(compare=False, default=None)
+    task_name: str | None = field(compare=False, default=None)
+    queue: str | None = field(compare=False, default=None)
+    attempt: int = field(compare=False, default=0)
+    reason: str = field(compare=False, default="")
+
+
+class InlineDispatcher:
+    """A broker-less dispatcher: plain functions as tasks, a local queue."""
+
+    def __init__(
+        self,
+        *,
+        lease_ms: int = 30_000,
+        queue_leases: dict[str, int] | None = None,
+        max_countdown: float = 3600.0,
+    ) -> None:
+        self.engine: WorkflowEngine | None = None
+        self.tasks: dict[str, Callable[..., Any]] = {}
+        self.task_queues: dict[str, str | None] = {}
+        self.default_lease_ms = lease_ms
+        self.queue_leases = dict(queue_leases or {})
+        self.default_max_countdown = max_countdown
+        self.messages: list[Message] = []
+        self.sent: list[Message] = []
+        self.drop: Callable[[Message], bool] | None = None
+        self._seq = itertools.count()
+
+    # --- tasks ---------------------------------------------------------------
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+    ) -> Any:
+        """Register ``fn`` as a task (usable bare or with ``name=``/``queue=``)."""
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            task_name = name or f.__name__
+            self.tasks[task_name] = f
+            self.task_queues[task_name] = queue
+            f.name = task_name  # type: ignore[attr-defined]
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def task_name(self, task: Any) -> str:
+        name = task if isinstance(task, str) else getattr(task, "name", None)
+        if not isinstance(name, str) or name not in self.tasks:
+            raise UnknownTaskError(f"{task!r} is not a registered task")
+        return name
+
+    def task_queue(self, task_name: str) -> str | None:
+        return self.task_queues.get(task_name)
+
+    def lease_ms(self, queue: str | None) -> int:
+        return self.queue_leases.get(queue or "", self.default_lease_ms)
+
+    def max_countdown(self, queue: str | None) -> float:
+        return self.default_max_countdown
+
+    # --- sending -------------------------------------------------------------
+    def _push(self, msg: Message) -> None:
+        self.sent.append(msg)
+        if self.drop is not None and self.drop(msg):
+            return
+        heapq.heappush(self.messages, msg)
+
+    def send_step(self, step: StepState, countdown: float = 0.0) -> None:
+        assert step.task_name is not None
+        self._push(
+            Message(
+                time.monotonic() + countdown,
+                next(self._seq),
+                "step",
+                step.run_id,
+                step.id,
+                step.task_name,
+                step.queue,
+                step.attempt,
+            )
+        )
+
+    def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:
+        self._push(
+            Message(time.monotonic() + countdown, next(self._seq), "run", run_id, reason=reason)
+        )
+
+    # --- delivering ----------------------------------------------------------
+    def deliver(self, msg: Message) -> None:
+        engine = self.engine
+        assert engine is not None, "bind the dispatcher to an engine first"
+        if msg.kind == "run":
+            engine.orchestrate(msg.run_id, msg.reason)
+            return
+        assert msg.step_id is not None and msg.task_name is not None
+        fn = self.tasks.get(msg.task_name)
+        if fn is None:
+            raise UnknownTaskError(f"no task {msg.task_name!r}")
+        engine.execute_step(msg.run_id, msg.step_id, msg.task_name, call_with(fn), msg.queue)
+
+    def run_until_idle(
+        self, timeout: float = 10.0, max_messages: int = 10_000, horizon: float = 2.0
+    ) -> int:
+        """Deliver messages (waiting out countdowns) until none is due within
+        ``horizon`` seconds; later ones stay queued.
+
+        Returns how many were delivered; raises ``TimeoutError`` if the queue
+        never drains within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        delivered = 0
+        while self.messages and delivered < max_messages:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self.messages)} message(s) still queued")
+            wait = self.messages[0].due - time.monotonic()
+            if wait > horizon:
+                break
+            if wait > 0:
+                time.sleep(min(wait, max(0.0, deadline - time.monotonic())))  # a countdown
+                continue
+            self.deliver(heapq.heappop(self.messages))
+            delivered += 1
+        return delivered
+
+
+def make_engine(
+    store: WorkflowStore | None = None,
+    dispatcher: InlineDispatcher | None = None,
+    **options: Any,
+) -> tuple[WorkflowEngine, InlineDispatcher]:
+    """An engine on in-memory adapters (or the given store) with an inline dispatcher."""
+    dispatcher = dispatcher or InlineDispatcher()
+    engine = WorkflowEngine(
+        store or InMemoryWorkflowStore(), InMemoryLeaseService(), dispatcher, **options
+    )
+    dispatcher.engine = engine
+    return engine, dispatcher

@@ -1,0 +1,133 @@
+"""A real ``celery worker`` (prefork, 2 processes) on the SQLite broker survives SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+import pikku_celery.broker  # noqa: F401
+from pikku_celery.broker.sqlite import TABLE
+from tests.broker.celery_app import QUEUE
+from tests.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = str(Path(sys.executable).with_name("celery"))
+VISIBILITY = 2.0
+
+pytestmark = pytest.mark.slow
+
+
+def held_rows(db: Path) -> list[tuple[str | None, int]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(f"SELECT delivery_tag, deliveries FROM {TABLE}").fetchall()
+    finally:
+        conn.close()
+
+
+def lines(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class Workers:
+    """Starts ``celery worker`` process groups and always kills them."""
+
+    def __init__(self, tmp_path: Path, db: Path) -> None:
+        self.tmp_path = tmp_path
+        self.env = dict(
+            os.environ,
+            PIKKU_TEST_BROKER_DB=str(db),
+            PIKKU_TEST_VISIBILITY=str(VISIBILITY),
+            PYTHONPATH=str(ROOT),
+        )
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str) -> subprocess.Popen[bytes]:
+        log = (self.tmp_path / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [
+                CELERY,
+                "-A",
+                "tests.broker.celery_app",
+                "worker",
+                "--pool",
+                "prefork",
+                "-c",
+                "2",
+                "-Q",
+                QUEUE,
+                "-n",
+                f"{name}@%h",
+                "-l",
+                "info",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: SIGKILL reaches the pool too
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.tmp_path.glob("*.log")))
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(tmp_path, tmp_path / "broker.db")
+    try:
+        yield w
+    finally:
+        for proc in w.procs:
+            w.kill(proc)
+
+
+def test_a_task_of_a_sigkilled_worker_is_delivered_again_and_completes(
+    tmp_path: Path, workers: Workers
+) -> None:
+    db = tmp_path / "broker.db"
+    publisher = Celery("publisher", broker=f"sqlite-queue:///{db}")
+    publisher.conf.task_default_queue = QUEUE
+    try:
+        publisher.send_task("broker_test.block", args=[str(tmp_path), "job-1"])
+    finally:
+        publisher.close()
+
+    first = workers.start("first")
+    started = tmp_path / "started"
+    wait_until(lambda: lines(started), timeout=60)
+    [(token, _pid, pgid)] = lines(started)
+    assert token == "job-1" and int(pgid) == first.pid  # a pool process of the first worker
+
+    workers.kill(first)  # the whole group, mid-task: nobody acks
+    assert [tag is not None for tag, _ in held_rows(db)] == [True], workers.logs()
+
+    (tmp_path / "release").touch()
+    second = workers.start("second")
+    done = tmp_path / "done"
+    try:
+        wait_until(lambda: lines(done), timeout=60)
+        wait_until(lambda: not held_rows(db), timeout=30)  # acked: the row is gone
+    except AssertionError:
+        raise AssertionError(f"task not redelivered\n{workers.logs()}") from None
+    [(token, _pid, pgid)] = lines(done)
+    assert token == "job-1" and int(pgid) == second.pid
+    assert [s[0] for s in lines(started)] == ["job-1", "job-1"]
+    assert int(lines(started)[1][2]) == second.pid

@@ -1,0 +1,135 @@
+"""The Celery app that real `celery worker` subprocesses load in the tests.
+
+:func:`build` makes the app from a settings mapping, so the test process and
+its workers agree: ``PIKKU_T_BROKER``, ``PIKKU_T_DATABASE``, ``PIKKU_T_QUEUE``
+(a per-session queue-name prefix), ``PIKKU_T_VISIBILITY``, ``PIKKU_T_SWEEP``
+(seconds) and ``PIKKU_T_MARKS`` (a folder for pid marks). Workers load the
+module-level ``app``, built from their environment.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from celery import Celery
+
+from pikku_celery import Context, Pikku, Workflow
+
+from . import shop
+
+side_effects = sa.Table(
+    "test_side_effect",
+    sa.MetaData(),
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("n", sa.Integer(), nullable=False),
+)
+
+
+@dataclass
+class TestApp:
+    app: Celery
+    pikku: Pikku
+    queues: list[str]
+    workflows: dict[str, Workflow]
+
+
+def build(env: Mapping[str, str]) -> TestApp:
+    broker = env.get("PIKKU_T_BROKER", "memory://")
+    database = env.get("PIKKU_T_DATABASE", "sqlite://")
+    prefix = env.get("PIKKU_T_QUEUE", "pikku-test")
+    visibility = float(env.get("PIKKU_T_VISIBILITY", "3"))
+    sweep = float(env.get("PIKKU_T_SWEEP", "1"))
+    marks = Path(env.get("PIKKU_T_MARKS", "/tmp"))
+    default_queue, shipping_queue = f"{prefix}-celery", f"{prefix}-shipping"
+
+    app = Celery("pikku_test", broker=broker, set_as_current=False)
+    app.conf.update(
+        broker_transport_options={"visibility_timeout": visibility, "polling_interval": 0.05},
+        task_default_queue=default_queue,
+        task_routes={"shop.label": {"queue": shipping_queue}},
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    amqp = broker.startswith("amqp")
+    pikku = Pikku(
+        app,
+        database,
+        sweep_interval=sweep,
+        sweep_backoff=0.5,
+        message_grace=3.0,
+        idle_after=3.0,
+        queue_leases={default_queue: visibility, shipping_queue: visibility} if amqp else None,
+    )
+    order = shop.install(app, pikku)
+    app.conf.task_routes = {"shop.label": {"queue": shipping_queue}}
+
+    def bump(name: str) -> None:
+        """Count an execution of a body in the database (survives worker kills)."""
+        engine = pikku.sql_engine
+        assert engine is not None
+        with engine.begin() as conn:
+            changed = conn.execute(
+                side_effects.update()
+                .where(side_effects.c.name == name)
+                .values(n=side_effects.c.n + 1)
+            ).rowcount
+            if not changed:
+                conn.execute(side_effects.insert().values(name=name, n=1))
+
+    @app.task(name="t.hang_first")
+    def hang_first(key: str) -> str:
+        """Attempt 1 marks its pid and hangs until killed; later attempts return."""
+        mark = marks / f"{key}.pid"
+        if not mark.exists():
+            mark.write_text(str(os.getpid()))
+            threading.Event().wait(600)
+        return f"done {key}"
+
+    @app.task(name="t.slow_once")
+    def slow_once(key: str, seconds: float) -> str:
+        """Counts each execution, then outlives the visibility timeout."""
+        bump(key)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.05)  # the work itself, not synchronisation
+        return key
+
+    @app.task(name="t.quick")
+    def quick(i: int) -> int:
+        return i * 2
+
+    @pikku.workflow(name="t.takeover")
+    def takeover(ctx: Context, key: str) -> Any:
+        return ctx.step("hang", hang_first, key, retries=2)
+
+    @pikku.workflow(name="t.slow")
+    def slow(ctx: Context, job: dict[str, Any]) -> Any:
+        return ctx.step("slow", slow_once, job["key"], job["seconds"])
+
+    @pikku.workflow(name="t.five")
+    def five(ctx: Context, i: int) -> Any:
+        total = 0
+        for k in range(5):
+            total += ctx.step(f"s{k}", quick, i + k)
+        ctx.sleep("nap", 0.2)
+        return total
+
+    return TestApp(
+        app,
+        pikku,
+        [default_queue, shipping_queue],
+        {"order": order, "takeover": takeover, "slow": slow, "five": five},
+    )
+
+
+if os.environ.get("PIKKU_T_BROKER"):
+    _built = build(os.environ)
+    app = _built.app

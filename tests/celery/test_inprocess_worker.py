@@ -1,0 +1,60 @@
+"""End to end on Celery's in-process test worker (memory broker)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from pikku_celery import Pikku
+from pikku_celery.store import AttemptStatus, InMemoryWorkflowStore
+
+from . import shop
+
+
+@pytest.fixture
+def celery_config() -> dict[str, Any]:
+    return {
+        "broker_url": "memory://",
+        "broker_transport_options": {"polling_interval": 0.01},
+        "result_backend": "cache+memory://",
+        "task_queues": None,
+        "task_create_missing_queues": True,
+    }
+
+
+@pytest.fixture
+def celery_worker_parameters() -> dict[str, Any]:
+    return {"queues": ("celery", "shipping"), "perform_ping_check": False}
+
+
+@pytest.fixture
+def shop_app(celery_app: Celery, request: pytest.FixtureRequest) -> Iterator[tuple[Pikku, Any]]:
+    pikku = Pikku(celery_app, store=InMemoryWorkflowStore(), queue_leases={"celery": 30})
+    order = shop.install(celery_app, pikku)
+    request.getfixturevalue("celery_worker")  # start the worker after registration
+    yield pikku, order
+
+
+def test_a_five_step_order_completes_with_its_attempt_history(
+    shop_app: tuple[Pikku, Any],
+) -> None:
+    _, order = shop_app
+    run = order.start({"id": 7, "cents": 1999, "skus": ["a", "b"]})
+    output = run.wait(timeout=20)
+    assert output["reserved"] == ["reserved a", "reserved b"]
+    assert output["shipped"] == "label-7"
+    assert output["paid"]["order"] == 7
+    history = {s.step.name: s for s in run.steps()}
+    charge = history["charge"]
+    assert [a.status for a in charge.attempts] == [AttemptStatus.FAILED, AttemptStatus.SUCCEEDED]
+    assert charge.attempts[0].error is not None
+    assert charge.attempts[0].error["type"] == "ConnectionError"
+    # self.request.id is the attempt's own id, stable per attempt.
+    assert output["paid"]["request_id"] not in ("", None)
+    assert set(history) == {"charge", "reserve-a", "reserve-b", "cooling-off", "ship"}
+    assert all(
+        len(s.attempts) == 1 for n, s in history.items() if n not in ("charge",) and s.attempts
+    )

@@ -1,0 +1,80 @@
+"""Shared fixtures: real service connections, one scratch database per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from tests.services import (
+    MYSQL_ADMIN_URL,
+    PG_ADMIN_URL,
+    REDIS_URL,
+    SESSION_TAG,
+    scratch_database,
+    unavailable,
+)
+
+pytest_plugins = ("celery.contrib.pytest",)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with scratch_database(PG_ADMIN_URL, SESSION_TAG) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> Iterator[str]:
+    with scratch_database(MYSQL_ADMIN_URL, SESSION_TAG) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_engine(postgres_url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(postgres_url, pool_size=30, max_overflow=10)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def mysql_engine(mysql_url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(mysql_url, pool_size=30, max_overflow=10)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("sqlite") / "pikku.db"
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def sqlite_engine(sqlite_url: str) -> Iterator[sa.Engine]:
+    from pikku_celery.db import create_sqlite_engine
+
+    engine = create_sqlite_engine(sqlite_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def redis_client() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except Exception as exc:
+        unavailable("redis", exc)
+    yield client
+    for key in client.scan_iter(match=f"*{SESSION_TAG}*", count=1000):
+        client.delete(key)
+    client.close()
+
+
+@pytest.fixture
+def redis_namespace(request: pytest.FixtureRequest) -> str:
+    """A key namespace unique to this session and test."""
+    return f"{SESSION_TAG}:{abs(hash(request.node.nodeid)) % 10**8}"

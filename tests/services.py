@@ -1,0 +1,60 @@
+"""Per-session test databases on the machine's real services.
+
+Each pytest session makes its own PostgreSQL and MariaDB databases and its own
+Redis key prefix, and drops them afterwards. In CI (``CI=true``) a service
+that cannot be reached fails the test; elsewhere it skips it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+
+SESSION_TAG = f"pikku_t{uuid.uuid4().hex[:10]}"
+
+PG_ADMIN_URL = os.environ.get(
+    "PIKKU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+MYSQL_ADMIN_URL = os.environ.get("PIKKU_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("PIKKU_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("PIKKU_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def unavailable(service: str, exc: BaseException) -> None:
+    """Fail in CI, skip elsewhere: CI must never pass by skipping a service."""
+    msg = f"{service} is not reachable: {exc}"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
+
+
+@contextmanager
+def scratch_database(admin_url: str, name: str) -> Iterator[str]:
+    """Create database ``name`` on the server of ``admin_url``; drop it after."""
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    url = sa.engine.make_url(admin_url).set(database=name)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    except Exception as exc:
+        admin.dispose()
+        unavailable(url.get_backend_name(), exc)
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        try:
+            with admin.connect() as conn:
+                if url.get_backend_name() == "postgresql":
+                    conn.exec_driver_sql(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                    )
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        finally:
+            admin.dispose()

@@ -1,0 +1,75 @@
+"""Store fixtures: one conformance suite over memory, SQLite, PostgreSQL, MariaDB.
+
+PostgreSQL and MariaDB get a scratch database of their own per session, made
+by pikku's migrations (``upgrade``), so the suite also proves the migrated
+schema is the one the store runs on. Every test starts from empty tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from pikku_celery.db import make_engine
+from pikku_celery.store import InMemoryWorkflowStore, WorkflowStore
+from pikku_celery.store.schema import attempt_table, run_table, signal_table, step_table
+from pikku_celery.store.sql import SQLWorkflowStore
+from tests.services import MYSQL_ADMIN_URL, PG_ADMIN_URL, SESSION_TAG, scratch_database
+
+BACKENDS = ["memory", "sqlite", "postgres", "mariadb"]
+
+
+def _migrated(admin_url: str, name: str) -> Iterator[sa.Engine]:
+    from pikku_celery.store.migrate import upgrade
+
+    with scratch_database(admin_url, name) as url:
+        upgrade(url)
+        engine = make_engine(url, pool_size=40, max_overflow=20)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def store_pg_engine() -> Iterator[sa.Engine]:
+    yield from _migrated(PG_ADMIN_URL, f"{SESSION_TAG}_store")
+
+
+@pytest.fixture(scope="session")
+def store_mysql_engine() -> Iterator[sa.Engine]:
+    yield from _migrated(MYSQL_ADMIN_URL, f"{SESSION_TAG}_store")
+
+
+@pytest.fixture(scope="session")
+def _server_stores() -> dict[str, SQLWorkflowStore]:
+    return {}
+
+
+def wipe(engine: sa.Engine) -> None:
+    """Empty pikku's store tables (children first)."""
+    with engine.begin() as conn:
+        for table in (attempt_table, signal_table, step_table, run_table):
+            conn.execute(table.delete())
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(backend: str, request: pytest.FixtureRequest) -> WorkflowStore:
+    if backend == "memory":
+        return InMemoryWorkflowStore()
+    if backend == "sqlite":
+        return SQLWorkflowStore(request.getfixturevalue("sqlite_engine"))
+    engine_fixture = "store_pg_engine" if backend == "postgres" else "store_mysql_engine"
+    engine: sa.Engine = request.getfixturevalue(engine_fixture)
+    cache: dict[str, SQLWorkflowStore] = request.getfixturevalue("_server_stores")
+    wipe(engine)
+    if backend not in cache:
+        cache[backend] = SQLWorkflowStore(engine)
+    return cache[backend]
