@@ -36,7 +36,8 @@ def unavailable(service: str, exc: BaseException) -> None:
 @contextmanager
 def scratch_database(admin_url: str, name: str) -> Iterator[str]:
     """Create database ``name`` on the server of ``admin_url``; drop it after."""
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    # No pool: the server may be restarted while the database is in use.
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     url = sa.engine.make_url(admin_url).set(database=name)
     try:
         with admin.connect() as conn:

@@ -51,7 +51,15 @@ def build(env: Mapping[str, str]) -> TestApp:
 
     app = Celery("pikku_test", broker=broker, set_as_current=False)
     app.conf.update(
-        broker_transport_options={"visibility_timeout": visibility, "polling_interval": 0.05},
+        broker_transport_options={
+            "visibility_timeout": visibility,
+            "polling_interval": 0.05,
+            # Redis: look for unacked messages past their visibility every
+            # second (kombu's default is ~100 s), so redelivery happens in
+            # the test's time frame.
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        },
         task_default_queue=default_queue,
         task_routes={"shop.label": {"queue": shipping_queue}},
         worker_prefetch_multiplier=1,
@@ -84,7 +92,7 @@ def build(env: Mapping[str, str]) -> TestApp:
             if not changed:
                 conn.execute(side_effects.insert().values(name=name, n=1))
 
-    @app.task(name="t.hang_first")
+    @app.task(name="t.hang_first", shared=False)
     def hang_first(key: str) -> str:
         """Attempt 1 marks its pid and hangs until killed; later attempts return."""
         mark = marks / f"{key}.pid"
@@ -93,7 +101,7 @@ def build(env: Mapping[str, str]) -> TestApp:
             threading.Event().wait(600)
         return f"done {key}"
 
-    @app.task(name="t.slow_once")
+    @app.task(name="t.slow_once", shared=False)
     def slow_once(key: str, seconds: float) -> str:
         """Counts each execution, then outlives the visibility timeout."""
         bump(key)
@@ -102,7 +110,7 @@ def build(env: Mapping[str, str]) -> TestApp:
             time.sleep(0.05)  # the work itself, not synchronisation
         return key
 
-    @app.task(name="t.quick")
+    @app.task(name="t.quick", shared=False)
     def quick(i: int) -> int:
         return i * 2
 

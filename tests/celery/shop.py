@@ -17,21 +17,21 @@ def install(app: Celery, pikku: Pikku, counters: dict[str, int] | None = None) -
         calls[name] = calls.get(name, 0) + 1
         return calls[name]
 
-    @app.task(name="shop.charge", bind=True)
+    @app.task(name="shop.charge", bind=True, shared=False)
     def charge(self: Any, order_id: int, cents: int) -> dict[str, Any]:
         # Fails once, then succeeds: the retry is the step's own.
         if self.request.retries == 0:
             raise self.retry(countdown=0.05, exc=ConnectionError("card network busy"))
         return {"order": order_id, "cents": cents, "request_id": self.request.id}
 
-    @app.task(name="shop.reserve")
+    @app.task(name="shop.reserve", shared=False)
     def reserve(sku: str) -> str:
         bump(f"reserve:{sku}")
         return f"reserved {sku}"
 
     app.conf.task_routes = {"shop.label": {"queue": "shipping"}}
 
-    @app.task(name="shop.label")
+    @app.task(name="shop.label", shared=False)
     def label(order_id: int) -> str:
         return f"label-{order_id}"
 

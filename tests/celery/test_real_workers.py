@@ -1,0 +1,250 @@
+"""Real `celery worker` subprocesses on Redis and RabbitMQ, PostgreSQL store.
+
+Workers are killed with SIGKILL, the broker is flushed and PostgreSQL is
+restarted under running workflows; every run still ends, with each step's
+outcome written once, by its current attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from pikku_celery.store import AttemptStatus, RunStatus
+from pikku_celery.store.schema import metadata
+from tests.helpers import wait_until
+from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, unavailable
+
+from . import realapp
+from .workers import CeleryProcess, beat, worker
+
+VISIBILITY = 3.0
+SWEEP = 1.0
+BROKER_REDIS_DB = 11  # flushed by the broker-loss test: nothing else lives there
+
+pytestmark = pytest.mark.slow
+
+
+def _redis_broker_url() -> str:
+    return REDIS_URL.rsplit("/", 1)[0] + f"/{BROKER_REDIS_DB}"
+
+
+@dataclass
+class Cluster:
+    kind: str
+    env: dict[str, str]
+    app: realapp.TestApp
+    workdir: Path
+    workers: list[CeleryProcess]
+    beat: CeleryProcess | None = None
+
+    def add_worker(self, concurrency: int = 2) -> CeleryProcess:
+        name = f"w{len(self.workers)}-{SESSION_TAG}"
+        w = worker(self.env, self.app.queues, self.workdir / f"{name}.log", name, concurrency)
+        self.workers.append(w)
+        return w.wait_ready()
+
+    def logs(self) -> str:
+        parts = [f"--- {p.log_path.name}\n{p.log()[-4000:]}" for p in self.workers]
+        if self.beat is not None:
+            parts.append(f"--- beat\n{self.beat.log()[-2000:]}")
+        return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def pg_tables(postgres_url: str) -> str:
+    engine = sa.create_engine(postgres_url)
+    metadata.create_all(engine)
+    realapp.side_effects.create(engine, checkfirst=True)
+    engine.dispose()
+    return postgres_url
+
+
+def _check_broker(kind: str) -> str:
+    if kind == "redis":
+        url = _redis_broker_url()
+        try:
+            redis.Redis.from_url(url).ping()
+        except Exception as exc:
+            unavailable("redis", exc)
+        return url
+    from kombu import Connection
+
+    try:
+        with Connection(AMQP_URL, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:
+        unavailable("rabbitmq", exc)
+    return AMQP_URL
+
+
+def _purge(kind: str, url: str, queues: list[str]) -> None:
+    if kind == "redis":
+        client = redis.Redis.from_url(url)
+        for q in queues:
+            client.delete(q)
+        return
+    from kombu import Connection
+
+    with Connection(url) as conn:
+        channel = conn.channel()
+        for q in queues:
+            try:
+                channel.queue_delete(q)
+            except Exception:
+                channel = conn.channel()
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def cluster(request: pytest.FixtureRequest, pg_tables: str, tmp_path: Path) -> Iterator[Cluster]:
+    kind = request.param
+    url = _check_broker(kind)
+    env = {
+        "PIKKU_T_BROKER": url,
+        "PIKKU_T_DATABASE": pg_tables,
+        "PIKKU_T_QUEUE": f"{SESSION_TAG}-{kind}-{request.node.name[:20]}".replace("[", "-").replace(
+            "]", ""
+        ),
+        "PIKKU_T_VISIBILITY": str(VISIBILITY),
+        "PIKKU_T_SWEEP": str(SWEEP),
+        "PIKKU_T_MARKS": str(tmp_path),
+    }
+    app = realapp.build(env)
+    c = Cluster(kind, env, app, tmp_path, [])
+    try:
+        c.beat = beat(env, tmp_path)
+        c.add_worker()
+        yield c
+    finally:
+        for w in c.workers:
+            w.stop()
+        if c.beat is not None:
+            c.beat.stop()
+        _purge(kind, url, app.queues)
+        assert app.pikku.sql_engine is not None
+        app.pikku.sql_engine.dispose()
+
+
+def test_a_five_step_order_completes_on_real_workers(cluster: Cluster) -> None:
+    order = cluster.app.workflows["order"]
+    run = order.start({"id": 11, "cents": 500, "skus": ["x", "y", "z"]})
+    try:
+        output = run.wait(timeout=60)
+    except Exception:
+        print(cluster.logs())
+        raise
+    assert output["shipped"] == "label-11"
+    assert output["reserved"] == ["reserved x", "reserved y", "reserved z"]
+    history = {h.step.name: h for h in run.steps()}
+    assert [a.status for a in history["charge"].attempts] == [
+        AttemptStatus.FAILED,
+        AttemptStatus.SUCCEEDED,
+    ]
+    assert {n for n in history} == {
+        "charge",
+        "reserve-x",
+        "reserve-y",
+        "reserve-z",
+        "cooling-off",
+        "ship",
+    }
+
+
+def test_a_sigkilled_worker_is_taken_over_once_its_lease_lapses(cluster: Cluster) -> None:
+    run = cluster.app.workflows["takeover"].start("victim")
+    mark = cluster.workdir / "victim.pid"
+    wait_until(mark.exists, timeout=30)
+    cluster.add_worker()  # ready before the kill: the bound below is the lease's
+    cluster.workers[0].kill()
+    killed_at = time.monotonic()
+    try:
+        assert run.wait(timeout=60) == "done victim"
+    except Exception:
+        print(cluster.logs())
+        raise
+    recovery = time.monotonic() - killed_at
+    (hang,) = run.steps()
+    assert hang.step.attempt == 2
+    assert [a.status for a in hang.attempts] == [AttemptStatus.SUPERSEDED, AttemptStatus.SUCCEEDED]
+    assert hang.attempts[0].result is None
+    assert recovery <= VISIBILITY + SWEEP + 2, recovery
+
+
+def _executions(cluster: Cluster, key: str) -> int:
+    engine = cluster.app.pikku.sql_engine
+    assert engine is not None
+    with engine.connect() as conn:
+        n = conn.execute(
+            sa.select(realapp.side_effects.c.n).where(realapp.side_effects.c.name == key)
+        ).scalar()
+    return int(n or 0)
+
+
+@pytest.mark.parametrize("cluster", ["redis"], indirect=True)
+def test_a_step_outliving_the_visibility_timeout_runs_its_body_once(cluster: Cluster) -> None:
+    cluster.add_worker()  # an idle worker ready to receive the redelivered copy
+    key = f"slow-{SESSION_TAG}"
+    run = cluster.app.workflows["slow"].start({"key": key, "seconds": VISIBILITY * 2.5})
+    assert run.wait(timeout=60) == key
+    # Redis did hand the message out again while the body still ran ...
+    received = re.findall(r"Task pikku\.run_step\[([0-9a-f-]+)\] received", cluster.logs())
+    assert any(received.count(i) >= 2 for i in received), "no redelivery happened"
+    # ... and the body still ran once.
+    assert _executions(cluster, key) == 1
+    (slow,) = run.steps()
+    assert slow.step.attempt == 1 and len(slow.attempts) == 1
+
+
+@pytest.mark.parametrize("cluster", ["redis"], indirect=True)
+def test_all_runs_complete_after_the_broker_is_flushed(cluster: Cluster) -> None:
+    five = cluster.app.workflows["five"]
+    runs = [five.start(i) for i in range(20)]
+    wait_until(lambda: any(r.steps() and len(r.steps()) > 2 for r in runs), timeout=30)
+    redis.Redis.from_url(cluster.env["PIKKU_T_BROKER"]).flushdb()
+    for i, r in enumerate(runs):
+        try:
+            assert r.wait(timeout=90) == sum(2 * (i + k) for k in range(5))
+        except Exception:
+            print(cluster.logs())
+            raise
+
+
+@pytest.mark.parametrize("cluster", ["redis"], indirect=True)
+def test_all_runs_complete_across_a_postgresql_restart(cluster: Cluster) -> None:
+    five = cluster.app.workflows["five"]
+    runs = [five.start(100 + i) for i in range(20)]
+    wait_until(lambda: any(len(r.steps()) > 2 for r in runs), timeout=30)
+    version = os.listdir("/etc/postgresql")[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
+        check=True,
+        timeout=120,
+    )
+    for i, r in enumerate(runs):
+        try:
+            assert wait_until(lambda r=r: _settled(r), timeout=120)
+            assert r.wait(timeout=1) == sum(2 * (100 + i + k) for k in range(5))
+        except Exception:
+            print(cluster.logs())
+            raise
+        history = r.steps()
+        # No result lost or duplicated: each step succeeded once, by its final attempt.
+        for h in history:
+            succeeded = [a for a in h.attempts if a.status == AttemptStatus.SUCCEEDED]
+            assert len(succeeded) == (1 if h.attempts else 0)
+
+
+def _settled(run: object) -> bool:
+    try:
+        return bool(run.status() in (RunStatus.COMPLETED, RunStatus.FAILED))  # type: ignore[attr-defined]
+    except sa.exc.OperationalError:
+        return False
