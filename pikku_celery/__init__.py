@@ -6,6 +6,7 @@ step's outcome lives in your SQL database, fenced by its attempt number.
 
 from .celery import Pikku, QueueLease
 from .engine import Context, RunHandle, StepHandle, StepHistory, SweepReport, Workflow
+from .engine.transactional import step_connection, transactional
 from .errors import (
     LeaseLostError,
     LeaseTakenError,
@@ -60,4 +61,6 @@ __all__ = [
     "WorkflowStepSupersededError",
     "WorkflowTimeoutError",
     "__version__",
+    "step_connection",
+    "transactional",
 ]

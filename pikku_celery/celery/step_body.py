@@ -18,6 +18,7 @@ from celery._state import _task_stack
 from celery.exceptions import Retry
 
 from ..engine.execute import RetryStep
+from ..engine.transactional import is_transactional
 from ..errors import UnknownTaskError
 from ..store.model import JSON, StepState
 
@@ -33,6 +34,11 @@ class CeleryStepBody:
     def __init__(self, app: Celery, outer_request: Any) -> None:
         self.app = app
         self.outer = outer_request
+
+    def transactional(self, step: StepState) -> bool:
+        """Whether the task asked to run inside the step's store transaction."""
+        task = self.app.tasks.get(step.task_name or "")
+        return task is not None and (is_transactional(task) or is_transactional(task.run))
 
     def __call__(self, step: StepState) -> JSON:
         task = self.app.tasks.get(step.task_name or "")

@@ -6,11 +6,17 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PayloadError, WorkflowStepFunctionMismatchError
+from ..errors import (
+    PayloadError,
+    PikkuError,
+    WorkflowStepFunctionMismatchError,
+    WorkflowStepSupersededError,
+)
 from ..payload import check_json
 from ..store.model import JSON, StepOutcome, StepState, StepStatus
 from .orchestrate import advance
 from .replay import error_info
+from .transactional import is_transactional, run_with_connection
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -62,36 +68,79 @@ def execute_step(
         return None
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms)
     try:
-        outcome = _run_body(step, body)
+        if _wants_transaction(body, step):
+            outcome, committed = _run_in_transaction(engine, step, body)
+        else:
+            outcome, committed = _run_body(step, body), False
+    except WorkflowStepSupersededError as exc:
+        log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
+        return None
     finally:
         engine.keeper.drop(holding)
-    if advance(engine, run_id, outcome) is None:
+    # A committed transactional step is already recorded: the pass only advances.
+    if advance(engine, run_id, None if committed else outcome, reason="step") is None:
         return None
     return outcome
+
+
+def _wants_transaction(body: StepBody, step: StepState) -> bool:
+    check = getattr(body, "transactional", None)
+    return bool(check(step)) if callable(check) else False
+
+
+def _run_in_transaction(
+    engine: WorkflowEngine, step: StepState, body: StepBody
+) -> tuple[StepOutcome, bool]:
+    """Run the body and its fenced success write in one store transaction.
+
+    Returns the outcome and whether it is already committed. A body that
+    raises rolls its writes back and is recorded as a failure as usual.
+    """
+    in_transaction = getattr(engine.store, "complete_in_transaction", None)
+    if in_transaction is None:
+        err = PikkuError(
+            f"step {step.name!r} is transactional, which needs a SQL store "
+            "(its writes share the store's transaction)"
+        )
+        return StepOutcome(step.id, step.attempt, ok=False, error=error_info(err)), False
+    try:
+        result = in_transaction(
+            step.id, step.attempt, lambda conn: run_with_connection(conn, lambda: body(step))
+        )
+    except WorkflowStepSupersededError:
+        raise
+    except Exception as exc:
+        return _run_failed(step, exc), False
+    return StepOutcome(step.id, step.attempt, ok=True, result=result), True
 
 
 def _run_body(step: StepState, body: StepBody) -> StepOutcome:
     try:
         result = body(step)
         check_json(result, f"step {step.name!r}", "result")
-    except PayloadError as exc:  # a result that cannot be stored: not retried
+    except Exception as exc:
+        return _run_failed(step, exc)
+    return StepOutcome(step.id, step.attempt, ok=True, result=result)
+
+
+def _run_failed(step: StepState, exc: Exception) -> StepOutcome:
+    """The outcome of a body that raised: another attempt while any are left."""
+    if isinstance(exc, PayloadError):  # a result that cannot be stored: not retried
         return StepOutcome(step.id, step.attempt, ok=False, error=error_info(exc))
-    except RetryStep as req:
-        cause = req.exc or req
-        wait = req.countdown if req.countdown is not None else retry_delay(step)
+    if isinstance(exc, RetryStep):
+        wait = exc.countdown if exc.countdown is not None else retry_delay(step)
+        cause = exc.exc or exc
         return StepOutcome(
             step.id, step.attempt, ok=False, error=error_info(cause), retry_delay=wait
         )
-    except Exception as exc:
-        more = step.attempt < step.max_attempts
-        return StepOutcome(
-            step.id,
-            step.attempt,
-            ok=False,
-            error=error_info(exc),
-            retry_delay=retry_delay(step) if more else None,
-        )
-    return StepOutcome(step.id, step.attempt, ok=True, result=result)
+    more = step.attempt < step.max_attempts
+    return StepOutcome(
+        step.id,
+        step.attempt,
+        ok=False,
+        error=error_info(exc),
+        retry_delay=retry_delay(step) if more else None,
+    )
 
 
 def _unclaimed(engine: WorkflowEngine, step_id: str) -> None:
@@ -116,6 +165,14 @@ def _unclaimed(engine: WorkflowEngine, step_id: str) -> None:
         engine.dispatcher.wake_run(step.run_id, reason="lease-expired")
 
 
-def call_with(fn: Callable[..., Any]) -> StepBody:
+class call_with:
     """A step body that calls ``fn(*args, **kwargs)`` of the step."""
-    return lambda step: fn(*step.args, **step.kwargs)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, step: StepState) -> JSON:
+        return self.fn(*step.args, **step.kwargs)
+
+    def transactional(self, step: StepState) -> bool:
+        return is_transactional(self.fn)

@@ -20,7 +20,7 @@ connection costs one failed call (the pool replaces it), never a wedged store.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -541,6 +541,27 @@ class SQLWorkflowStore:
         with self._one() as conn:
             if not self._fenced_write(conn, self._st.fenced["complete"], params):
                 raise WorkflowStepSupersededError(step_id, attempt)
+
+    def complete_in_transaction(
+        self, step_id: str, attempt: int, body: Callable[[sa.Connection], JSON]
+    ) -> JSON:
+        """Run ``body`` and the fenced success write in ONE transaction.
+
+        The body's own writes on the connection commit together with the
+        step's outcome, or not at all: an exception in the body, a result that
+        is not JSON, or a superseded attempt (:class:`WorkflowStepSupersededError`)
+        rolls everything back.
+        """
+        with self._engine.begin() as conn:
+            result = body(conn)
+            params = {
+                "p_id": step_id,
+                "p_attempt": attempt,
+                "p_result": dumps(result, f"step {step_id}", "result"),
+            }
+            if not self._fenced_write(conn, self._st.fenced["complete"], params):
+                raise WorkflowStepSupersededError(step_id, attempt)
+        return result
 
     def fail_step(
         self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None

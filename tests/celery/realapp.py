@@ -20,9 +20,17 @@ from typing import Any
 import sqlalchemy as sa
 from celery import Celery
 
-from pikku_celery import Context, Pikku, Workflow
+from pikku_celery import Context, Pikku, Workflow, step_connection, transactional
 
 from . import shop
+
+ledger = sa.Table(
+    "test_ledger",
+    sa.MetaData(),
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
+    sa.Column("key", sa.String(100), nullable=False),
+    sa.Column("pid", sa.Integer(), nullable=False),
+)
 
 side_effects = sa.Table(
     "test_side_effect",
@@ -110,6 +118,17 @@ def build(env: Mapping[str, str]) -> TestApp:
             time.sleep(0.05)  # the work itself, not synchronisation
         return key
 
+    @transactional
+    @app.task(name="t.ledger_hang_first", shared=False)
+    def ledger_hang_first(key: str) -> str:
+        """Writes its ledger row in the step's transaction; attempt 1 then hangs."""
+        step_connection().execute(ledger.insert().values(key=key, pid=os.getpid()))
+        mark = marks / f"{key}.pid"
+        if not mark.exists():
+            mark.write_text(str(os.getpid()))
+            threading.Event().wait(600)
+        return f"booked {key}"
+
     @app.task(name="t.quick", shared=False)
     def quick(i: int) -> int:
         return i * 2
@@ -117,6 +136,10 @@ def build(env: Mapping[str, str]) -> TestApp:
     @pikku.workflow(name="t.takeover")
     def takeover(ctx: Context, key: str) -> Any:
         return ctx.step("hang", hang_first, key, retries=2)
+
+    @pikku.workflow(name="t.ledger")
+    def ledger_run(ctx: Context, key: str) -> Any:
+        return ctx.step("book", ledger_hang_first, key, retries=2)
 
     @pikku.workflow(name="t.slow")
     def slow(ctx: Context, job: dict[str, Any]) -> Any:
@@ -134,7 +157,13 @@ def build(env: Mapping[str, str]) -> TestApp:
         app,
         pikku,
         [default_queue, shipping_queue],
-        {"order": order, "takeover": takeover, "slow": slow, "five": five},
+        {
+            "order": order,
+            "takeover": takeover,
+            "slow": slow,
+            "five": five,
+            "ledger": ledger_run,
+        },
     )
 
 

@@ -65,6 +65,7 @@ def pg_tables(postgres_url: str) -> str:
     engine = sa.create_engine(postgres_url)
     metadata.create_all(engine)
     realapp.side_effects.create(engine, checkfirst=True)
+    realapp.ledger.create(engine, checkfirst=True)
     engine.dispose()
     return postgres_url
 
@@ -177,6 +178,28 @@ def test_a_sigkilled_worker_is_taken_over_once_its_lease_lapses(cluster: Cluster
     assert [a.status for a in hang.attempts] == [AttemptStatus.SUPERSEDED, AttemptStatus.SUCCEEDED]
     assert hang.attempts[0].result is None
     assert recovery <= VISIBILITY + SWEEP + 2, recovery
+
+
+@pytest.mark.parametrize("cluster", ["redis"], indirect=True)
+def test_a_transaction_killed_before_commit_leaves_no_row(cluster: Cluster) -> None:
+    key = f"ledger-{SESSION_TAG}"
+    run = cluster.app.workflows["ledger"].start(key)
+    wait_until((cluster.workdir / f"{key}.pid").exists, timeout=30)
+    victim = int((cluster.workdir / f"{key}.pid").read_text())
+    cluster.add_worker()
+    cluster.workers[0].kill()  # mid-transaction: its ledger row is not committed
+    assert run.wait(timeout=60) == f"booked {key}"
+    engine = cluster.app.pikku.sql_engine
+    assert engine is not None
+    with engine.connect() as conn:
+        pids = (
+            conn.execute(sa.select(realapp.ledger.c.pid).where(realapp.ledger.c.key == key))
+            .scalars()
+            .all()
+        )
+    assert len(pids) == 1 and pids[0] != victim  # exactly one row, by attempt 2
+    (book,) = run.steps()
+    assert [a.status for a in book.attempts] == [AttemptStatus.SUPERSEDED, AttemptStatus.SUCCEEDED]
 
 
 def _executions(cluster: Cluster, key: str) -> int:
