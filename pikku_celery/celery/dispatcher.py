@@ -15,6 +15,12 @@ RUN_STEP = "pikku.run_step"
 ORCHESTRATE = "pikku.orchestrate"
 SWEEP = "pikku.sweep"
 
+
+def rate_limited_run_step(task_name: str) -> str:
+    """The run-step task that carries the rate limit of ``task_name``."""
+    return f"{RUN_STEP}:{task_name}"
+
+
 # A countdown must end before the broker would redeliver the message (Redis
 # and SQS restore it after the visibility timeout; RabbitMQ closes a channel
 # that holds an unacked message past its consumer timeout).
@@ -61,15 +67,18 @@ class CeleryDispatcher:
     # --- sending -------------------------------------------------------------
     def send_step(self, step: StepState, countdown: float = 0.0) -> None:
         options: dict[str, Any] = {}
+        name = RUN_STEP
         task = self.app.tasks.get(step.task_name or "")
         if task is not None:
-            # The step keeps the time limits its own task declares.
+            # The step keeps the time limits and rate limit its own task declares.
             if task.time_limit is not None:
                 options["time_limit"] = task.time_limit
             if task.soft_time_limit is not None:
                 options["soft_time_limit"] = task.soft_time_limit
+            if task.rate_limit and rate_limited_run_step(task.name) in self.app.tasks:
+                name = rate_limited_run_step(task.name)
         self.app.send_task(
-            RUN_STEP,
+            name,
             args=(step.run_id, step.id, step.attempt, step.task_name, step.queue),
             queue=step.queue or self.leases.default_queue(),
             countdown=countdown or None,

@@ -18,7 +18,13 @@ from ..db import make_engine
 from ..engine.core import WorkflowEngine
 from ..lease.base import LeaseService
 from ..store.base import WorkflowStore
-from .dispatcher import ORCHESTRATE, RUN_STEP, SWEEP, CeleryDispatcher
+from .dispatcher import (
+    ORCHESTRATE,
+    RUN_STEP,
+    SWEEP,
+    CeleryDispatcher,
+    rate_limited_run_step,
+)
 from .queues import QueueLease, QueueLeases
 from .step_body import CeleryStepBody
 
@@ -77,6 +83,7 @@ class Pikku(WorkflowEngine):
             **options,
         )
         self.sweep_interval = sweep_interval
+        _warn_unsafe_serializers(app)
         self._register_tasks()
         if install_beat:
             self._install_beat()
@@ -98,17 +105,9 @@ class Pikku(WorkflowEngine):
             "reject_on_worker_lost": True,
         }
 
-        @app.task(name=RUN_STEP, bind=True, shared=False, **common)
-        def run_step(
-            self: Any,
-            run_id: str,
-            step_id: str,
-            attempt: int,
-            task_name: str,
-            queue: str | None = None,
-        ) -> None:
-            """Claim the step, run the user's task as this attempt, advance the run."""
-            pikku.execute_step(run_id, step_id, task_name, CeleryStepBody(app, self.request), queue)
+        self._common_options = common
+        run_step = self._run_step_task(RUN_STEP)
+        app.on_after_finalize.connect(self._add_rate_limited_run_steps, weak=False)
 
         @app.task(name=ORCHESTRATE, shared=False, **common)
         def orchestrate(run_id: str, reason: str = "") -> None:
@@ -125,6 +124,34 @@ class Pikku(WorkflowEngine):
         self.orchestrate_task = orchestrate
         self.sweep_task = sweep
 
+    def _run_step_task(self, name: str, rate_limit: str | None = None) -> Any:
+        pikku, app = self, self.app
+
+        @app.task(name=name, bind=True, shared=False, rate_limit=rate_limit, **self._common_options)
+        def run_step(
+            self: Any,
+            run_id: str,
+            step_id: str,
+            attempt: int,
+            task_name: str,
+            queue: str | None = None,
+        ) -> None:
+            """Claim the step, run the user's task as this attempt, advance the run."""
+            pikku.execute_step(run_id, step_id, task_name, CeleryStepBody(app, self.request), queue)
+
+        return run_step
+
+    def _add_rate_limited_run_steps(self, **_: Any) -> None:
+        """A task with a ``rate_limit`` keeps it as a step: its steps travel as
+        ``pikku.run_step:<task>``, a run-step task with the same rate limit
+        (Celery's workers limit the rate per task name)."""
+        for name, task in list(self.app.tasks.items()):
+            if name.startswith("pikku.") or not getattr(task, "rate_limit", None):
+                continue
+            proxy = rate_limited_run_step(name)
+            if proxy not in self.app.tasks:
+                self._run_step_task(proxy, task.rate_limit)
+
     def _install_beat(self) -> None:
         schedule = dict(self.app.conf.beat_schedule or {})
         schedule[BEAT_ENTRY] = {
@@ -138,3 +165,21 @@ class Pikku(WorkflowEngine):
         # Connections made before fork must not be shared with the parent.
         if self.sql_engine is not None:
             self.sql_engine.dispose(close=False)
+
+
+UNSAFE_CONTENT = {"pickle", "application/x-python-serialize", "yaml", "application/x-yaml"}
+
+
+def _warn_unsafe_serializers(app: Celery) -> None:
+    """pikku sends JSON only; a worker that also accepts pickle would still
+    unpickle a forged message before any task code could refuse it."""
+    accepted = {str(c) for c in (app.conf.accept_content or ())}
+    unsafe = sorted(accepted & UNSAFE_CONTENT)
+    if unsafe:
+        log.warning(
+            "Celery app %r accepts %s: pikku's messages are JSON, and a worker that "
+            "accepts these can be made to run code by a forged message; set "
+            "accept_content=['json'] unless other tasks need them",
+            app.main,
+            ", ".join(unsafe),
+        )

@@ -55,6 +55,7 @@ class CeleryStepBody:
             called_directly=False,
             delivery_info=getattr(self.outer, "delivery_info", None) or {},
             hostname=getattr(self.outer, "hostname", None),
+            timelimit=getattr(self.outer, "timelimit", None),
             parent_id=getattr(self.outer, "id", None),
             root_id=step.run_id,
             headers={"pikku_run_id": step.run_id, "pikku_step": step.name},

@@ -58,3 +58,43 @@ def test_a_five_step_order_completes_with_its_attempt_history(
     assert all(
         len(s.attempts) == 1 for n, s in history.items() if n not in ("charge",) and s.attempts
     )
+
+
+def test_a_step_keeps_its_tasks_limits_and_request(
+    celery_app: Celery, request: pytest.FixtureRequest
+) -> None:
+    pikku = Pikku(celery_app, store=InMemoryWorkflowStore(), queue_leases={"celery": 30})
+
+    @celery_app.task(
+        name="limits.report", bind=True, shared=False, rate_limit="100/s",
+        time_limit=30, soft_time_limit=20,
+    )  # fmt: skip
+    def report(self: Any, n: int) -> dict[str, Any]:
+        return {
+            "id": self.request.id,
+            "retries": self.request.retries,
+            "timelimit": list(self.request.timelimit or ()),
+            "n": n,
+        }
+
+    @pikku.workflow(name="limits.wf")
+    def wf(ctx: Any) -> Any:
+        return [ctx.step("a", report, 1), ctx.step("b", report, 2)]
+
+    sent: list[str] = []
+    real_send = celery_app.send_task
+
+    def spy(name: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(name)
+        return real_send(name, *args, **kwargs)
+
+    celery_app.send_task = spy  # type: ignore[method-assign]
+    request.getfixturevalue("celery_worker")
+    run = wf.start()
+    a, b = run.wait(timeout=20)
+    # The rate limit travels on a run-step task of its own, with the same limit.
+    assert "pikku.run_step:limits.report" in sent
+    assert celery_app.tasks["pikku.run_step:limits.report"].rate_limit == "100/s"
+    # The body sees a real request: a stable id per attempt, its time limits.
+    assert a["timelimit"] == [30, 20] and a["retries"] == 0
+    assert a["id"] != b["id"] and a["id"]
