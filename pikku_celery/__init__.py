@@ -8,6 +8,7 @@ from .celery import Pikku, QueueLease
 from .engine import Context, RunHandle, StepHandle, StepHistory, SweepReport, Workflow
 from .engine.transactional import step_connection, transactional
 from .errors import (
+    InvalidRunIdError,
     LeaseLostError,
     LeaseTakenError,
     PayloadError,
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Context",
+    "InvalidRunIdError",
     "LeaseLostError",
     "LeaseTakenError",
     "PayloadError",

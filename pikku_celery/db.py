@@ -11,6 +11,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from .errors import StoreError
+
 
 def now_ms_sql(dialect_name: str) -> str:
     """SQL for 'now' in epoch milliseconds on the database's own clock.
@@ -65,11 +67,22 @@ def make_engine(url: str, **kwargs: Any) -> sa.Engine:
     No ``pool_pre_ping``: a ping is a round trip per checkout on the hot path;
     callers retry on ``OperationalError`` instead.
     """
-    u = sa.engine.make_url(url)
-    if u.get_backend_name() == "sqlite":
-        return create_sqlite_engine(url, **kwargs)
-    kwargs.setdefault("pool_size", 10)
-    kwargs.setdefault("max_overflow", 20)
-    if u.get_backend_name() in ("mysql", "mariadb"):
-        kwargs.setdefault("pool_recycle", 3600)
-    return sa.create_engine(url, **kwargs)
+    try:
+        u = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise StoreError(
+            "cannot parse the workflow database URL (expected e.g. "
+            "postgresql+psycopg://user@host/db, mysql+pymysql://..., sqlite:///file.db)"
+        ) from None
+    try:
+        if u.get_backend_name() == "sqlite":
+            return create_sqlite_engine(url, **kwargs)
+        kwargs.setdefault("pool_size", 10)
+        kwargs.setdefault("max_overflow", 20)
+        if u.get_backend_name() in ("mysql", "mariadb"):
+            kwargs.setdefault("pool_recycle", 3600)
+        return sa.create_engine(url, **kwargs)
+    except (sa.exc.NoSuchModuleError, ImportError) as exc:
+        raise StoreError(
+            f"cannot open the workflow database {u.render_as_string(hide_password=True)}: {exc}"
+        ) from None

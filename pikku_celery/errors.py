@@ -62,6 +62,10 @@ class RunSettledError(StoreError):
     """The run has ended; it takes no more signals or changes."""
 
 
+class InvalidRunIdError(PikkuError, ValueError):
+    """A run id that is not a UUID: refused before any lookup."""
+
+
 class RunNotFoundError(StoreError, LookupError):
     """No workflow run has the given id."""
 

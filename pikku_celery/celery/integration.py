@@ -16,6 +16,7 @@ from celery import Celery, signals
 
 from ..db import make_engine
 from ..engine.core import WorkflowEngine
+from ..errors import WorkflowStepFunctionMismatchError
 from ..lease.base import LeaseService
 from ..store.base import WorkflowStore
 from .dispatcher import (
@@ -137,9 +138,29 @@ class Pikku(WorkflowEngine):
             queue: str | None = None,
         ) -> None:
             """Claim the step, run the user's task as this attempt, advance the run."""
+            if task_name not in app.tasks:
+                pikku.refuse_unknown_task(step_id, task_name)
+                return
             pikku.execute_step(run_id, step_id, task_name, CeleryStepBody(app, self.request), queue)
 
         return run_step
+
+    def refuse_unknown_task(self, step_id: str, task_name: str) -> None:
+        """A step message for a task this worker lacks is not claimed: during a
+        rolling deploy a worker that has the task (or the sweep) takes it."""
+        step = self.store.get_step(step_id)
+        if step is not None and step.task_name != task_name:
+            log.error(
+                "refused a step message: %s",
+                WorkflowStepFunctionMismatchError(step_id, step.task_name, task_name),
+            )
+            return
+        log.error(
+            "step %s names task %r, which this worker's Celery app does not have; "
+            "left for a worker that does",
+            step_id,
+            task_name,
+        )
 
     def _add_rate_limited_run_steps(self, **_: Any) -> None:
         """A task with a ``rate_limit`` keeps it as a step: its steps travel as

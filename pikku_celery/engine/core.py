@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, overload
 
-from ..errors import PayloadError, RunSettledError
+from ..errors import InvalidRunIdError, PayloadError, RunSettledError
 from ..lease.base import LeaseService
 from ..payload import dumps
 from ..store.base import WorkflowStore
@@ -31,7 +31,7 @@ def parse_run_id(run_id: str) -> str:
     try:
         return str(uuid.UUID(str(run_id)))
     except ValueError:
-        raise ValueError(f"{run_id!r} is not a workflow run id (a UUID)") from None
+        raise InvalidRunIdError(f"{run_id!r} is not a workflow run id (a UUID)") from None
 
 
 class WorkflowEngine:
@@ -125,6 +125,7 @@ class WorkflowEngine:
 
     def send_signal(self, run_id: str, name: str, payload: JSON = None) -> RunState:
         """Deliver a signal; the run's next pass sees it. A settled run refuses it."""
+        dumps(payload, f"signal {name!r}", "payload", self.max_input_bytes)
         run = self.store.send_signal(parse_run_id(run_id), name, payload)
         self.dispatcher.wake_run(run.id, reason="signal")
         return run

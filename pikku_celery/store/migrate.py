@@ -80,6 +80,23 @@ def upgrade(url: str | sa.URL | sa.Engine, revision: str = "head") -> None:
         command.upgrade(alembic_config(conn), revision)
 
 
+def ensure_current(engine: sa.Engine) -> None:
+    """Bring an embedded (SQLite) database to the head revision.
+
+    Tables made before migrations were recorded (by ``metadata.create_all``)
+    are stamped as they are, so a later ``db upgrade`` continues from there.
+    """
+    with engine.begin() as conn:
+        found = _migration_context(conn).get_current_heads()
+        if found and ",".join(found) == head():
+            return
+        cfg = alembic_config(conn)
+        if not found and "pikku_workflow_run" in sa.inspect(conn).get_table_names():
+            command.stamp(cfg, "head")
+        else:
+            command.upgrade(cfg, "head")
+
+
 def current(url: str | sa.URL | sa.Engine) -> str | None:
     """The revision the database is at, or None if never upgraded."""
     with _engine(url) as engine, engine.connect() as conn:

@@ -61,7 +61,7 @@ from .rules import (
     encode_decision,
     lease_expired_error,
 )
-from .schema import STORE_TABLES, metadata
+from .schema import STORE_TABLES
 from .statements import Fenced, dialect_of, statements
 
 DEADLOCK_RETRIES = 5
@@ -312,6 +312,9 @@ def check_schema(engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES) -
         )
 
 
+SETTLED_CHANNEL = "pikku_run_settled"
+
+
 class SQLWorkflowStore:
     """A :class:`~pikku_celery.store.base.WorkflowStore` on a SQLAlchemy engine.
 
@@ -336,9 +339,17 @@ class SQLWorkflowStore:
         )
         if create_tables is None:
             create_tables = self._dialect == "sqlite"
-        if create_tables:
-            metadata.create_all(engine)
-        check_schema(engine)
+        try:
+            if create_tables:
+                from .migrate import ensure_current
+
+                ensure_current(engine)
+            check_schema(engine)
+        except sa.exc.DBAPIError as exc:
+            first = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+            raise StoreError(
+                f"cannot reach the workflow database {hidden_url(engine.url)}: {first}"
+            ) from None
 
     @property
     def engine(self) -> sa.Engine:
@@ -612,15 +623,64 @@ class SQLWorkflowStore:
         """
         for attempt in range(DEADLOCK_RETRIES):
             try:
+                done = None
                 if self._st.pg_view is not None and outcome is not None:
                     done = self._advance_optimistic(run_id, outcome, decide)
-                    if done is not None:
-                        return done
-                return self._advance(run_id, outcome, decide)
+                if done is None:
+                    done = self._advance(run_id, outcome, decide)
             except sa.exc.DBAPIError as exc:
                 if attempt + 1 == DEADLOCK_RETRIES or not _is_deadlock(exc):
                     raise
+                continue
+            if (
+                self._dialect == "postgresql"
+                and done.decision is not None
+                and done.run.status.terminal
+            ):
+                self._notify_settled(run_id)
+            return done
         raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- waiting for a run to settle (PostgreSQL LISTEN/NOTIFY) ---------------
+    def _notify_settled(self, run_id: str) -> None:
+        """Tell waiting ``RunHandle.wait`` calls, once per run, after commit."""
+        try:
+            with self._one() as conn:
+                conn.execute(
+                    sa.text("SELECT pg_notify(:channel, :run_id)"),
+                    {"channel": SETTLED_CHANNEL, "run_id": run_id},
+                )
+        except sa.exc.DBAPIError:
+            pass  # waiters re-check the run's status at least every second
+
+    @contextmanager
+    def settled_listener(self) -> Iterator[Callable[[str, float], None] | None]:
+        """On PostgreSQL, a function ``wait(run_id, timeout)`` that returns
+        when a pass settles that run (or the timeout passes); else None.
+
+        The LISTEN starts before the caller reads the run's status, so a
+        settle between the read and the wait is not missed.
+        """
+        if self._dialect != "postgresql":
+            yield None
+            return
+        # A connection of its own, outside the pool: LISTEN needs autocommit,
+        # which must not leak into pooled connections.
+        import psycopg
+
+        cargs, ckwargs = self._engine.dialect.create_connect_args(self._engine.url)
+        listener = psycopg.connect(*cargs, **ckwargs, autocommit=True)
+        try:
+            listener.execute(f"LISTEN {SETTLED_CHANNEL}")
+
+            def wait(run_id: str, timeout: float) -> None:
+                for note in listener.notifies(timeout=timeout):
+                    if note.payload == run_id:
+                        return
+
+            yield wait
+        finally:
+            listener.close()
 
     def _advance_optimistic(
         self, run_id: str, outcome: StepOutcome, decide: Decide

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -434,3 +435,21 @@ def test_a_run_whose_lease_is_held_is_rewoken_not_failed(h: Harness) -> None:
     h.engine.sweep()
     h.run()
     assert run.wait(timeout=5) == 1
+
+
+def test_wait_wakes_when_the_run_settles_elsewhere(h: Harness) -> None:
+    @h.task
+    def one() -> int:
+        return 1
+
+    @h.workflow
+    def wf(ctx: Context) -> Any:
+        return ctx.step("one", one)
+
+    run = wf.start()
+    outcome: list[Any] = []
+    waiter = threading.Thread(target=lambda: outcome.append(run.wait(timeout=10)))
+    waiter.start()
+    h.run()  # the run settles in this thread while the waiter blocks
+    waiter.join(10)
+    assert outcome == [1]

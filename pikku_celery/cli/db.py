@@ -1,0 +1,105 @@
+"""``pikku-celery db upgrade | check | current``: pikku's own Alembic migrations.
+
+The URL comes from ``--database-url`` (or ``PIKKU_DATABASE_URL``), else from
+the ``-A`` app's Pikku; it is shown with the password masked, always.
+Database failures exit 2 (``check`` exits 1 for a schema that is behind).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import sqlalchemy as sa
+
+from .common import fail, masked, schema_check_deferred, state
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def database_url_option(fn: F) -> F:
+    """``--database-url`` (or ``PIKKU_DATABASE_URL``), shared by every command."""
+    return click.option(
+        "--database-url",
+        envvar="PIKKU_DATABASE_URL",
+        metavar="URL",
+        help=(
+            "SQLAlchemy URL of the workflow database (env: PIKKU_DATABASE_URL); "
+            "default: the -A app's database."
+        ),
+    )(fn)
+
+
+def resolve_url(database_url: str | None) -> str:
+    """The explicit URL, else the one the ``-A`` app's Pikku was built with."""
+    if database_url:
+        return database_url
+    s = state()
+    if s.pikku is None and not s.app_spec:
+        raise click.UsageError(
+            "Missing option '--database-url' (env: PIKKU_DATABASE_URL), "
+            "or -A/--app to take it from your app's Pikku."
+        )
+    with schema_check_deferred():
+        pikku = s.engine()
+    if pikku.sql_engine is None:
+        raise click.UsageError(
+            "the app's Pikku has no SQL engine (it was given a store=); pass --database-url"
+        )
+    return pikku.sql_engine.url.render_as_string(hide_password=False)
+
+
+def _guarded(url: str, action: Callable[[], T]) -> T:
+    """``action()``, a database failure (or a missing driver) as one masked line."""
+    try:
+        return action()
+    except (sa.exc.SQLAlchemyError, ImportError) as exc:
+        raise fail(url, exc) from None
+
+
+@click.group()
+def db() -> None:
+    """Create, upgrade and check pikku-celery's tables."""
+
+
+@db.command()
+@database_url_option
+def upgrade(database_url: str | None) -> None:
+    """Create pikku-celery's tables, or upgrade them to this version."""
+    from ..store import migrate
+
+    url = resolve_url(database_url)
+
+    def run() -> str | None:
+        migrate.upgrade(url)
+        return migrate.current(url)
+
+    revision = _guarded(url, run)
+    click.echo(f"{masked(url)}: upgraded to revision {revision}")
+
+
+@db.command()
+@database_url_option
+def check(database_url: str | None) -> None:
+    """Exit 0 if the tables match this version of pikku-celery, else 1."""
+    from ..store import migrate
+
+    url = resolve_url(database_url)
+    result = _guarded(url, lambda: migrate.check(url))
+    click.echo(f"{masked(url)}: {result.message}")
+    if not result.ok:
+        raise SystemExit(1)
+
+
+@db.command()
+@database_url_option
+def current(database_url: str | None) -> None:
+    """Print the revision the database is at."""
+    from ..store import migrate
+
+    url = resolve_url(database_url)
+    revision = _guarded(url, lambda: migrate.current(url))
+    shown = revision or "none (no pikku-celery tables yet: run pikku-celery db upgrade)"
+    click.echo(f"{masked(url)}: {shown} (head: {migrate.head()})")

@@ -1,0 +1,440 @@
+"""Runs, steps, attempts and leases as JSON (stable keys) and as rich tables.
+
+Times are UTC: ISO 8601 in JSON, ``YYYY-MM-DD HH:MM:SS`` in tables. Durations
+and lease remainders are seconds, measured against the store's clock (the
+database's), the same clock the leases are judged on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..celery.queues import QueueLease
+from ..engine.handle import StepHistory
+from ..engine.sweep import SweepReport
+from ..store.model import (
+    AttemptState,
+    AttemptStatus,
+    ErrorInfo,
+    RunState,
+    StepKind,
+    StepState,
+    StepStatus,
+)
+
+STATUS_STYLE = {
+    "completed": "green",
+    "succeeded": "green",
+    "running": "cyan",
+    "scheduled": "cyan",
+    "pending": "cyan",
+    "suspended": "yellow",
+    "superseded": "yellow",
+    "cancelled": "magenta",
+    "failed": "red",
+    "lease_expired": "red",
+}
+
+
+def console() -> Console:
+    """A console on stdout; piped output is not squeezed to 80 columns."""
+    out = Console(highlight=False, markup=False, emoji=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out = Console(highlight=False, markup=False, emoji=False, width=200)
+    return out
+
+
+# --- values ------------------------------------------------------------------
+
+
+def iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def clock(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def seconds(ms: int | None) -> float | None:
+    return None if ms is None else round(ms / 1000, 3)
+
+
+def human_seconds(value: float | None) -> str:
+    """``0.35`` -> ``350 ms``, ``75`` -> ``1 m 15 s``, ``7300`` -> ``2 h 1 m``."""
+    if value is None:
+        return "-"
+    sign, value = ("-" if value < 0 else ""), abs(value)
+    if value < 1:
+        return f"{sign}{round(value * 1000)} ms"
+    if value < 60:
+        return f"{sign}{value:.1f} s"
+    whole = int(value)
+    if whole < 3600:
+        return f"{sign}{whole // 60} m {whole % 60} s"
+    if whole < 86400:
+        return f"{sign}{whole // 3600} h {whole % 3600 // 60} m"
+    return f"{sign}{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+def error_text(error: ErrorInfo | None) -> str | None:
+    if not error:
+        return None
+    kind, message = error.get("type") or "Error", error.get("message") or ""
+    return f"{kind}: {message}" if message else str(kind)
+
+
+def compact(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def styled(value: str | None, style: str = "") -> Text:
+    """A cell taken literally (no markup): ids, errors and payloads may hold brackets."""
+    return Text("-" if value is None else value, style=style)
+
+
+def status_cell(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+# --- durations ---------------------------------------------------------------
+
+
+def run_duration_ms(run: RunState, now: int) -> int:
+    end = run.updated_at if run.status.terminal else now
+    return max(0, end - run.created_at)
+
+
+def step_duration_ms(history: StepHistory, now: int) -> int | None:
+    """First claim to last finish (or now); a step never claimed: its own span."""
+    step, attempts = history.step, history.attempts
+    if attempts:
+        end = attempt_end_ms(attempts[-1], None, now)
+        return None if end is None else max(0, end - attempts[0].started_at)
+    if step.status in (StepStatus.SUCCEEDED, StepStatus.FAILED):
+        return max(0, step.updated_at - step.created_at)
+    if step.kind == StepKind.TASK:
+        return None  # still waiting for a worker
+    return max(0, now - step.created_at)
+
+
+def attempt_end_ms(attempt: AttemptState, later: AttemptState | None, now: int) -> int | None:
+    """When the attempt stopped owning the step.
+
+    A running attempt: now. One that lost its lease records no finish; it
+    ended, at the latest, when the next attempt took over.
+    """
+    if attempt.finished_at is not None:
+        return attempt.finished_at
+    if attempt.status == AttemptStatus.RUNNING:
+        return now
+    return later.started_at if later is not None else None
+
+
+def attempt_duration_ms(attempt: AttemptState, later: AttemptState | None, now: int) -> int | None:
+    end = attempt_end_ms(attempt, later, now)
+    return None if end is None else max(0, end - attempt.started_at)
+
+
+def with_next(attempts: Sequence[AttemptState]) -> list[tuple[AttemptState, AttemptState | None]]:
+    """Each attempt beside the one that followed it (None for the last)."""
+    return [(a, attempts[i + 1] if i + 1 < len(attempts) else None) for i, a in enumerate(attempts)]
+
+
+def lease_remaining_ms(step: StepState, now: int) -> int | None:
+    """How long the running attempt still owns the step; negative once lapsed."""
+    if step.status != StepStatus.RUNNING or step.lease_expires_at is None:
+        return None
+    return step.lease_expires_at - now
+
+
+def lease_text(step: StepState, now: int) -> str:
+    if step.status != StepStatus.RUNNING:
+        return "-"
+    remaining = lease_remaining_ms(step, now)
+    if remaining is None:
+        return "parked"
+    if remaining < 0:
+        return f"lapsed {human_seconds(-remaining / 1000)} ago"
+    return human_seconds(remaining / 1000)
+
+
+# --- JSON --------------------------------------------------------------------
+
+
+def run_summary(run: RunState, now: int) -> dict[str, Any]:
+    """A run in a listing: no input or output, the error as one line."""
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "status": run.status.value,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "duration_s": seconds(run_duration_ms(run, now)),
+        "cancel_requested": run.cancel_requested,
+        "parent_run_id": run.parent_run_id,
+        "error": error_text(run.error),
+    }
+
+
+def run_detail(run: RunState, now: int) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "status": run.status.value,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "duration_s": seconds(run_duration_ms(run, now)),
+        "cancel_requested": run.cancel_requested,
+        "idempotency_key": run.idempotency_key,
+        "parent_run_id": run.parent_run_id,
+        "parent_step_id": run.parent_step_id,
+        "wake_at": iso(run.wake_at),
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+    }
+
+
+def attempt_json(attempt: AttemptState, later: AttemptState | None, now: int) -> dict[str, Any]:
+    return {
+        "attempt": attempt.attempt,
+        "status": attempt.status.value,
+        "worker": attempt.worker,
+        "started_at": iso(attempt.started_at),
+        "finished_at": iso(attempt.finished_at),
+        "duration_s": seconds(attempt_duration_ms(attempt, later, now)),
+        "result": attempt.result,
+        "error": attempt.error,
+    }
+
+
+def step_json(history: StepHistory, now: int) -> dict[str, Any]:
+    step = history.step
+    return {
+        "id": step.id,
+        "seq": step.seq,
+        "name": step.name,
+        "kind": step.kind.value,
+        "status": step.status.value,
+        "task": step.task_name,
+        "queue": step.queue,
+        "attempt": step.attempt,
+        "max_attempts": step.max_attempts,
+        "worker": step.worker,
+        "created_at": iso(step.created_at),
+        "updated_at": iso(step.updated_at),
+        "scheduled_at": iso(step.scheduled_at),
+        "wake_at": iso(step.wake_at),
+        "duration_s": seconds(step_duration_ms(history, now)),
+        "lease_expires_at": iso(step.lease_expires_at),
+        "lease_remaining_s": seconds(lease_remaining_ms(step, now)),
+        "child_run_id": step.child_run_id,
+        "result": step.result,
+        "error": step.error,
+        "attempts": [attempt_json(a, nxt, now) for a, nxt in with_next(history.attempts)],
+    }
+
+
+def show_json(run: RunState, steps: Sequence[StepHistory], now: int) -> dict[str, Any]:
+    return {
+        "now": iso(now),
+        "run": run_detail(run, now),
+        "steps": [step_json(h, now) for h in steps],
+    }
+
+
+def lease_json(lease: QueueLease, tasks: Sequence[str]) -> dict[str, Any]:
+    return {
+        "queue": lease.queue,
+        "seconds": lease.seconds,
+        "source": lease.source,
+        "tasks": list(tasks),
+    }
+
+
+def sweep_json(report: SweepReport) -> dict[str, Any]:
+    return {
+        "requeued_lapsed": report.requeued_lapsed,
+        "expired": report.expired,
+        "resent": report.resent,
+        "due": report.due,
+        "idle": report.idle,
+        "total": report.total,
+        "skipped": report.skipped,
+    }
+
+
+# --- tables ------------------------------------------------------------------
+
+
+def titled(title: str, table: Table) -> Group:
+    """A table under a plain title line (rich pads its own titles with spaces)."""
+    return Group(Text(title, style="bold"), table)
+
+
+def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
+    table = Table()
+    table.add_column("run", no_wrap=True)
+    table.add_column("workflow")
+    table.add_column("status", no_wrap=True)
+    table.add_column("created (UTC)", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("error")
+    for run in runs:
+        status = run.status.value + (" (cancelling)" if _cancelling(run) else "")
+        table.add_row(
+            styled(run.id),
+            styled(run.workflow),
+            status_cell(status),
+            styled(clock(run.created_at)),
+            styled(human_seconds(run_duration_ms(run, now) / 1000)),
+            styled(error_text(run.error), "red"),
+        )
+    return titled(title, table)
+
+
+def _cancelling(run: RunState) -> bool:
+    return run.cancel_requested and not run.status.terminal
+
+
+def run_panel(run: RunState, now: int) -> Text:
+    """The run's own fields, one ``key  value`` line each."""
+    status = run.status.value + (" (cancel requested)" if _cancelling(run) else "")
+    rows: list[tuple[str, Text]] = [
+        ("run", styled(run.id)),
+        ("workflow", styled(run.workflow)),
+        ("status", status_cell(status)),
+        ("created", styled(clock(run.created_at) + " UTC")),
+        ("updated", styled(clock(run.updated_at) + " UTC")),
+        ("duration", styled(human_seconds(run_duration_ms(run, now) / 1000))),
+    ]
+    if run.idempotency_key is not None:
+        rows.append(("idempotency key", styled(run.idempotency_key)))
+    if run.parent_run_id is not None:
+        rows.append(("parent run", styled(run.parent_run_id)))
+    if run.wake_at is not None and not run.status.terminal:
+        rows.append(("next wake-up", styled(clock(run.wake_at) + " UTC")))
+    rows.append(("input", styled(compact(run.input))))
+    if run.status.value == "completed":
+        rows.append(("output", styled(compact(run.output))))
+    if run.error:
+        rows.append(("error", styled(error_text(run.error), "red")))
+    width = max(len(key) for key, _ in rows) + 2
+    return Text("\n").join(Text(key.ljust(width), style="bold") + value for key, value in rows)
+
+
+def steps_table(steps: Sequence[StepHistory], now: int) -> Group:
+    table = Table()
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("step", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("task / detail")
+    table.add_column("queue", no_wrap=True)
+    table.add_column("worker", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("lease left", justify="right", no_wrap=True)
+    for history in steps:
+        step = history.step
+        retrying = step.status == StepStatus.FAILED and step.wake_at is not None
+        status = step.status.value + (" (retry due)" if retrying else "")
+        table.add_row(
+            styled(str(step.seq)),
+            styled(step.name),
+            styled(step.kind.value),
+            status_cell(status),
+            styled(f"{step.attempt}/{step.max_attempts}" if step.kind == StepKind.TASK else "-"),
+            styled(_detail(step)),
+            styled(step.queue),
+            styled(step.worker),
+            styled(human_seconds(_s(step_duration_ms(history, now)))),
+            styled(lease_text(step, now)),
+        )
+    return titled("steps", table)
+
+
+def _s(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+def _detail(step: StepState) -> str:
+    if step.kind == StepKind.TASK:
+        return step.task_name or "-"
+    if step.kind == StepKind.SLEEP:
+        return f"until {clock(step.wake_at)} UTC" if step.wake_at else "timer"
+    if step.kind == StepKind.CHILD:
+        return f"child run {step.child_run_id}" if step.child_run_id else "child run"
+    if step.kind == StepKind.SIGNAL:
+        return f"timeout {clock(step.wake_at)} UTC" if step.wake_at else "no timeout"
+    return compact(step.result, 60)
+
+
+def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
+    table = Table()
+    table.add_column("step", no_wrap=True)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("worker", no_wrap=True)
+    table.add_column("started (UTC)", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    table.add_column("error")
+    for history in steps:
+        for attempt, later in with_next(history.attempts):
+            duration = _s(attempt_duration_ms(attempt, later, now))
+            running = attempt.status == AttemptStatus.RUNNING
+            table.add_row(
+                styled(history.step.name),
+                styled(str(attempt.attempt)),
+                status_cell(attempt.status.value),
+                styled(attempt.worker),
+                styled(clock(attempt.started_at)),
+                styled(human_seconds(duration) + (" so far" if running else "")),
+                styled(error_text(attempt.error), "red"),
+            )
+    return titled("attempts", table)
+
+
+def leases_table(rows: Sequence[tuple[QueueLease, Sequence[str]]], transport: str) -> Group:
+    table = Table()
+    table.add_column("queue", no_wrap=True)
+    table.add_column("lease", justify="right", no_wrap=True)
+    table.add_column("source")
+    table.add_column("tasks routed here")
+    for lease, tasks in rows:
+        table.add_row(
+            styled(lease.queue),
+            styled(f"{lease.seconds:g} s"),
+            styled(lease.source),
+            styled(", ".join(tasks) or "-"),
+        )
+    return titled(f"step leases by queue (transport: {transport})", table)
+
+
+def sweep_table(report: SweepReport) -> Group:
+    table = Table()
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for key, label in (
+        ("requeued_lapsed", "lapsed steps sent again"),
+        ("expired", "lapsed steps failed (no attempts left)"),
+        ("resent", "messages resent (possibly lost)"),
+        ("due", "timers, timeouts and retries due"),
+        ("idle", "idle runs woken"),
+    ):
+        table.add_row(label, str(getattr(report, key)))
+    table.add_row(Text("total", style="bold"), Text(str(report.total), style="bold"))
+    return titled("sweep", table)

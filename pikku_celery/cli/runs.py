@@ -1,0 +1,215 @@
+"""``pikku-celery runs list | show | cancel | retry``: look at runs and steer them.
+
+Everything reads the store the app's Pikku was built on; "now" is the
+store's clock, so a lease's remaining time is the one the database judges.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from rich.console import Group
+
+from ..store.model import RunStatus, StepKind, StepStatus
+from . import render
+from .common import RUN_ID, ParamTypeBase, echo_json, friendly_errors, json_option, state
+
+AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
+AGE_MS = {"s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+AGE_MS.update({"d": 86_400_000, "w": 604_800_000})
+
+
+@dataclass(frozen=True)
+class Since:
+    """``--since``: an instant (epoch ms) or an age before the store's now."""
+
+    at_ms: int | None = None
+    age_ms: int | None = None
+
+    def resolve(self, now_ms: int) -> int:
+        if self.at_ms is not None:
+            return self.at_ms
+        assert self.age_ms is not None
+        return now_ms - self.age_ms
+
+
+class SinceType(ParamTypeBase):
+    """An ISO datetime (UTC unless it carries an offset) or an age like ``30m``."""
+
+    name = "WHEN"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Since:
+        if isinstance(value, Since):
+            return value
+        text = str(value)
+        match = AGE.match(text)
+        if match:
+            amount, unit = float(match.group(1)), match.group(2).lower()
+            return Since(age_ms=round(amount * AGE_MS[unit]))
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError:
+            self.fail(
+                f"{text!r} is neither an ISO datetime (2024-05-01T12:00) "
+                "nor an age (90s, 30m, 1h, 2d, 1w)",
+                param,
+                ctx,
+            )
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return Since(at_ms=round(when.timestamp() * 1000))
+
+
+@click.group()
+def runs() -> None:
+    """List, inspect, cancel and retry workflow runs."""
+
+
+@runs.command("list")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in RunStatus]),
+    help="Only runs with this status.",
+)
+@click.option("--workflow", metavar="NAME", help="Only runs of this workflow (registered name).")
+@click.option(
+    "--since",
+    type=SinceType(),
+    help="Only runs created since then: an ISO datetime (UTC unless it has an offset) "
+    "or an age: 90s, 30m, 1h, 2d, 1w.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="Runs per page.",
+)
+@click.option(
+    "--page", type=click.IntRange(min=1), default=1, show_default=True, help="Page, from 1."
+)
+@json_option
+@friendly_errors
+def list_runs(
+    status: str | None,
+    workflow: str | None,
+    since: Since | None,
+    limit: int,
+    page: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first, a page at a time."""
+    store = state().engine().store
+    now = store.now_ms()
+    found = store.list_runs(
+        status=RunStatus(status) if status else None,
+        workflow=workflow,
+        since=since.resolve(now) if since else None,
+        limit=limit + 1,  # one more tells whether a next page exists
+        offset=(page - 1) * limit,
+    )
+    has_more, shown = len(found) > limit, found[:limit]
+    if as_json:
+        echo_json(
+            {
+                "page": page,
+                "limit": limit,
+                "has_more": has_more,
+                "runs": [render.run_summary(r, now) for r in shown],
+            }
+        )
+        return
+    out = render.console()
+    if not shown:
+        out.print("no runs match" + (f" on page {page}" if page > 1 else ""))
+        return
+    out.print(render.runs_table(shown, now, f"runs, newest first (page {page})"))
+    if has_more:
+        out.print(f"more on page {page + 1}: add --page {page + 1}")
+
+
+@runs.command("show")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
+@json_option
+@friendly_errors
+def show_run(run_id: str, as_json: bool) -> None:
+    """Show a run, its steps and every attempt.
+
+    Each step with its attempt, worker, duration and the lease left on the
+    store's clock; then each attempt with its worker, duration and error.
+    """
+    pikku = state().engine()
+    handle = pikku.handle(run_id)
+    run = handle.state()
+    steps = handle.steps()
+    now = pikku.store.now_ms()
+    if as_json:
+        echo_json(render.show_json(run, steps, now))
+        return
+    parts: list[Any] = [render.run_panel(run, now)]
+    if steps:
+        parts.append(render.steps_table(steps, now))
+    else:
+        parts.append("no steps recorded yet")
+    if any(h.attempts for h in steps):
+        parts.append(render.attempts_table(steps, now))
+    render.console().print(Group(*parts))
+
+
+@runs.command("cancel")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
+@json_option
+@friendly_errors
+def cancel_run(run_id: str, as_json: bool) -> None:
+    """Cancel a run and its children.
+
+    The request is recorded at once; the run's next orchestration pass ends it.
+    """
+    pikku = state().engine()
+    run = pikku.cancel(run_id)
+    if as_json:
+        echo_json(render.run_summary(run, pikku.store.now_ms()))
+        return
+    click.echo(
+        f"cancel requested for run {run.id} ({run.workflow}): "
+        "its next orchestration pass ends it as cancelled"
+    )
+
+
+@runs.command("retry")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
+@json_option
+@friendly_errors
+def retry_run(run_id: str, as_json: bool) -> None:
+    """Resume a failed run from its failed steps.
+
+    Each failed step gets fresh attempts (as many as it had); the steps that
+    succeeded keep their results.
+    """
+    pikku = state().engine()
+    run = pikku.retry(run_id)
+    reopened = [
+        s
+        for s in pikku.store.get_steps(run.id)
+        if s.kind == StepKind.TASK and s.status == StepStatus.FAILED and s.wake_at is not None
+    ]
+    if as_json:
+        summary = render.run_summary(run, pikku.store.now_ms())
+        summary["retried_steps"] = [
+            {"name": s.name, "next_attempt": s.attempt + 1, "max_attempts": s.max_attempts}
+            for s in reopened
+        ]
+        echo_json(summary)
+        return
+    steps = ", ".join(f"{s.name!r} from attempt {s.attempt + 1}" for s in reopened)
+    click.echo(f"run {run.id} ({run.workflow}) is {run.status.value} again: {_or_none(steps)}")
+
+
+def _or_none(steps: str) -> str:
+    return f"retrying {steps}" if steps else "no failed task step to retry; replaying the body"

@@ -1,0 +1,549 @@
+"""``pikku-celery`` against a real app module (``tests.cli.cliapp``), as a user runs it.
+
+Runs are started through the engine; the memory broker's messages are never
+consumed, so each test takes the worker's part by hand (``drive`` runs the
+steps through pikku's own ``pikku.run_step`` task, ``orchestrate`` a pass).
+Assertions read the ``--json`` output and the key facts of the human output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from celery import signals
+from click.testing import CliRunner, Result
+
+from pikku_celery.cli import main
+from pikku_celery.store.model import StepKind, StepStatus
+
+MODULE = "tests.cli.cliapp"
+A = ("-A", MODULE)
+UNKNOWN_RUN = "6f1c1e0e-1111-4222-8333-444455556666"
+
+
+@pytest.fixture
+def cliapp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A fresh import of the test app on its own SQLite file."""
+    monkeypatch.setenv("PIKKU_CLI_TEST_DB", str(tmp_path / "cli.db"))
+    monkeypatch.delenv("PIKKU_APP", raising=False)
+    monkeypatch.delenv("PIKKU_DATABASE_URL", raising=False)
+    sys.modules.pop(MODULE, None)
+    module = importlib.import_module(MODULE)
+    yield module
+    sys.modules.pop(MODULE, None)
+    signals.worker_process_init.disconnect(module.pikku._after_fork)
+    module.pikku.sql_engine.dispose()
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Invoke the command; anything but a clean exit would be a traceback."""
+    result = CliRunner().invoke(main, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def ok_json(*args: str) -> Any:
+    result = cli(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def drive(app: Any, run_id: str) -> None:
+    """Run every step the run is waiting on, as a worker would, until none is left."""
+    pikku = app.pikku
+    for _ in range(20):
+        now = pikku.store.now_ms()
+        due = [
+            s
+            for s in pikku.store.get_steps(run_id)
+            if s.kind == StepKind.TASK
+            and (
+                s.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
+                or (
+                    s.status == StepStatus.FAILED
+                    and s.wake_at is not None
+                    and s.wake_at <= now
+                    and s.attempt < s.max_attempts
+                )
+            )
+        ]
+        if not due:
+            return
+        for s in due:
+            pikku.run_step_task.apply(args=(run_id, s.id, s.attempt, s.task_name, s.queue))
+    raise AssertionError(f"run {run_id} kept asking for steps")
+
+
+def start(app: Any, workflow: str, data: Any = None) -> str:
+    run_id: str = app.pikku.start(workflow, data).run_id
+    time.sleep(0.003)  # distinct created_at, so "newest first" is well defined
+    return run_id
+
+
+# --- runs list ---------------------------------------------------------------
+
+
+def test_runs_list_filters_and_pages(cliapp: Any) -> None:
+    orders = [start(cliapp, "order", {"a": i, "b": 1}) for i in range(3)]
+    fragile = start(cliapp, "fragile", "x")
+    drive(cliapp, fragile)  # fails for good: no retries
+    waiting = start(cliapp, "approval")
+
+    listed = ok_json(*A, "runs", "list")
+    assert [r["id"] for r in listed["runs"]] == [waiting, fragile, *reversed(orders)]
+    assert listed["page"] == 1 and listed["limit"] == 20 and listed["has_more"] is False
+    first = listed["runs"][0]
+    assert set(first) == {
+        "id",
+        "workflow",
+        "status",
+        "created_at",
+        "updated_at",
+        "duration_s",
+        "cancel_requested",
+        "parent_run_id",
+        "error",
+    }
+    by_id = {r["id"]: r for r in listed["runs"]}
+    assert by_id[fragile]["status"] == "failed"
+    assert "RuntimeError" in by_id[fragile]["error"]
+
+    assert [r["id"] for r in ok_json(*A, "runs", "list", "--workflow", "order")["runs"]] == list(
+        reversed(orders)
+    )
+    assert [r["id"] for r in ok_json(*A, "runs", "list", "--status", "failed")["runs"]] == [fragile]
+    running = ok_json(*A, "runs", "list", "--status", "running", "--workflow", "approval")
+    assert [r["id"] for r in running["runs"]] == [waiting]
+
+    page1 = ok_json(*A, "runs", "list", "--limit", "2")
+    page2 = ok_json(*A, "runs", "list", "--limit", "2", "--page", "2")
+    page3 = ok_json(*A, "runs", "list", "--limit", "2", "--page", "3")
+    assert (page1["has_more"], page2["has_more"], page3["has_more"]) == (True, True, False)
+    paged = [r["id"] for p in (page1, page2, page3) for r in p["runs"]]
+    assert paged == [r["id"] for r in listed["runs"]]
+    assert ok_json(*A, "runs", "list", "--page", "9")["runs"] == []
+
+    assert len(ok_json(*A, "runs", "list", "--since", "1h")["runs"]) == 5
+    assert len(ok_json(*A, "runs", "list", "--since", "2000-01-01")["runs"]) == 5
+    assert ok_json(*A, "runs", "list", "--since", "2999-01-01T00:00:00+02:00")["runs"] == []
+
+    human = cli(*A, "runs", "list", "--limit", "2")
+    assert human.exit_code == 0
+    assert waiting in human.output and fragile in human.output
+    assert orders[0] not in human.output
+    assert "approval" in human.output and "failed" in human.output
+    assert "--page 2" in human.output
+    everything = cli(*A, "runs", "list").output
+    assert all(run in everything for run in orders)
+    assert "flaky refused 'x' [on purpose]" in everything  # brackets are not markup
+
+    bad_since = cli(*A, "runs", "list", "--since", "yesterday")
+    assert bad_since.exit_code == 2 and "neither an ISO datetime" in bad_since.output
+    bad_status = cli(*A, "runs", "list", "--status", "lost")
+    assert bad_status.exit_code == 2 and "'lost'" in bad_status.output
+    assert cli(*A, "runs", "list", "--workflow", "nothing").output.strip() == "no runs match"
+
+
+# --- runs show ---------------------------------------------------------------
+
+
+def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -> None:
+    done = start(cliapp, "order", {"a": 2, "b": 3})
+    drive(cliapp, done)
+
+    shown = ok_json(*A, "runs", "show", done)
+    assert set(shown) == {"now", "run", "steps"}
+    run = shown["run"]
+    assert run["status"] == "completed" and run["output"] == {"total": 5, "label": "parcel-5"}
+    assert run["input"] == {"a": 2, "b": 3} and run["duration_s"] >= 0
+    add, ship = shown["steps"]
+    assert (add["name"], add["task"], add["queue"], add["status"]) == (
+        "add",
+        "cliapp.add",
+        "celery",
+        "succeeded",
+    )
+    assert (ship["name"], ship["queue"], ship["result"]) == ("ship", "shipping", "parcel-5")
+    assert add["attempt"] == 1 and add["lease_remaining_s"] is None
+    assert add["duration_s"] is not None and add["duration_s"] >= 0
+    [attempt] = add["attempts"]
+    assert attempt["attempt"] == 1 and attempt["status"] == "succeeded"
+    assert attempt["worker"] == cliapp.pikku.worker_id and attempt["result"] == 5
+    assert attempt["duration_s"] is not None
+
+    human = cli(*A, "runs", "show", done)
+    assert human.exit_code == 0
+    for fact in (done, "order", "completed", "cliapp.add", "cliapp.ship", "shipping", "parcel-5"):
+        assert fact in human.output
+    assert "steps" in human.output and "attempts" in human.output
+    assert cliapp.pikku.worker_id in human.output
+
+    # A step a worker holds right now: its lease, counted down on the store's clock.
+    busy = start(cliapp, "order", {"a": 1, "b": 1})
+    [step] = cliapp.pikku.store.get_steps(busy)
+    assert cliapp.pikku.store.claim_step(step.id, "cliapp.add", "other-host:42", 60_000)
+    shown = ok_json(*A, "runs", "show", busy)
+    [add] = shown["steps"]
+    assert add["status"] == "running" and add["worker"] == "other-host:42"
+    assert 0 < add["lease_remaining_s"] <= 60
+    assert add["attempts"][0]["status"] == "running"
+    text = cli(*A, "runs", "show", busy).output
+    row = next(line for line in text.splitlines() if "cliapp.add" in line)
+    assert "other-host:42" in row and "running" in row
+    assert re.search(r"\b(59|60)\.\d s\b", row), row
+    assert "so far" in text
+
+
+def test_a_failed_run_shows_its_error_and_retry_resumes_it_with_a_fresh_attempt(
+    cliapp: Any,
+) -> None:
+    run_id = start(cliapp, "fragile", {"sku": "A-1"})
+    drive(cliapp, run_id)
+    shown = ok_json(*A, "runs", "show", run_id)
+    assert shown["run"]["status"] == "failed"
+    assert shown["run"]["error"]["type"] == "StepFailedError"
+    [step] = shown["steps"]
+    assert [a["status"] for a in step["attempts"]] == ["failed"]
+    assert step["attempts"][0]["error"]["type"] == "RuntimeError"
+    human = cli(*A, "runs", "show", run_id).output
+    assert "RuntimeError: flaky refused {'sku': 'A-1'} [on purpose]" in human
+
+    cliapp.FAILING.clear()
+    retried = ok_json(*A, "runs", "retry", run_id)
+    assert retried["id"] == run_id and retried["status"] == "running"
+    assert retried["retried_steps"] == [{"name": "flaky", "next_attempt": 2, "max_attempts": 2}]
+    cliapp.pikku.orchestrate(run_id)  # the wake-up the retry sent
+    drive(cliapp, run_id)
+
+    shown = ok_json(*A, "runs", "show", run_id)
+    assert shown["run"]["status"] == "completed" and shown["run"]["output"] == {"sku": "A-1"}
+    [step] = shown["steps"]
+    assert [(a["attempt"], a["status"]) for a in step["attempts"]] == [
+        (1, "failed"),
+        (2, "succeeded"),
+    ]
+
+    again = cli(*A, "runs", "retry", run_id)
+    assert again.exit_code == 1
+    assert "only a failed run can be retried" in again.output
+
+
+def test_retry_prints_which_steps_resume(cliapp: Any) -> None:
+    run_id = start(cliapp, "fragile", 1)
+    drive(cliapp, run_id)
+    result = cli(*A, "runs", "retry", run_id)
+    assert result.exit_code == 0, result.output
+    assert run_id in result.output and "'flaky' from attempt 2" in result.output
+
+
+# --- cancel and signal -------------------------------------------------------
+
+
+def test_cancel_then_the_next_pass_ends_the_run_cancelled(cliapp: Any) -> None:
+    run_id = start(cliapp, "order", {"a": 1, "b": 2})
+    result = cli(*A, "runs", "cancel", run_id)
+    assert result.exit_code == 0, result.output
+    assert f"cancel requested for run {run_id}" in result.output
+    shown = ok_json(*A, "runs", "show", run_id)
+    assert shown["run"]["cancel_requested"] is True and shown["run"]["status"] == "running"
+    assert "cancel requested" in cli(*A, "runs", "show", run_id).output
+
+    cliapp.pikku.orchestrate(run_id)
+    assert ok_json(*A, "runs", "show", run_id)["run"]["status"] == "cancelled"
+    assert [r["id"] for r in ok_json(*A, "runs", "list", "--status", "cancelled")["runs"]] == [
+        run_id
+    ]
+
+    again = cli(*A, "runs", "cancel", run_id)
+    assert again.exit_code == 1 and "already cancelled" in again.output
+
+
+def test_cancel_json(cliapp: Any) -> None:
+    run_id = start(cliapp, "approval")
+    cancelled = ok_json(*A, "runs", "cancel", run_id)
+    assert cancelled["id"] == run_id and cancelled["cancel_requested"] is True
+
+
+def test_signal_with_good_and_bad_json(cliapp: Any) -> None:
+    run_id = start(cliapp, "approval")
+    bad = cli(*A, "signal", run_id, "approve", '{"ok": tru')
+    assert bad.exit_code == 2
+    assert "not valid JSON" in bad.output and "line 1 column" in bad.output
+    assert ok_json(*A, "runs", "show", run_id)["run"]["status"] == "running"  # nothing sent
+
+    result = cli(*A, "signal", run_id, "approve", '{"ok": true, "by": "ops"}')
+    assert result.exit_code == 0, result.output
+    assert f"signal 'approve' sent to run {run_id}" in result.output
+    cliapp.pikku.orchestrate(run_id)
+    shown = ok_json(*A, "runs", "show", run_id)
+    assert shown["run"]["status"] == "completed"
+    assert shown["run"]["output"] == {"ok": True, "by": "ops"}
+
+    late = cli(*A, "signal", run_id, "approve", "1")
+    assert late.exit_code == 1 and "takes no signals" in late.output
+
+    other = start(cliapp, "approval")
+    sent = ok_json(*A, "signal", other, "approve")  # the payload defaults to null
+    assert sent["signal"] == {"name": "approve", "payload": None}
+    cliapp.pikku.orchestrate(other)
+    shown = ok_json(*A, "runs", "show", other)
+    assert shown["run"]["status"] == "completed" and shown["run"]["output"] is None
+
+
+# --- sweep and leases --------------------------------------------------------
+
+
+def test_sweep_once_resends_a_lost_step_message(cliapp: Any) -> None:
+    run_id = start(cliapp, "order", {"a": 1, "b": 1})
+    time.sleep(0.01)  # older than message_grace (0 s in the test app)
+    report = ok_json(*A, "sweep", "--once")
+    assert set(report) == {
+        "requeued_lapsed",
+        "expired",
+        "resent",
+        "due",
+        "idle",
+        "total",
+        "skipped",
+    }
+    assert report["resent"] == 1 and report["total"] >= 1 and report["skipped"] is False
+    [step] = cliapp.pikku.store.get_steps(run_id)
+    assert step.status == StepStatus.SCHEDULED
+
+    human = cli(*A, "sweep", "--once")
+    assert human.exit_code == 0
+    assert "messages resent" in human.output and "total" in human.output
+
+
+def test_sweep_without_once_repeats_until_interrupted(
+    cliapp: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr("pikku_celery.cli.ops.time.sleep", sleep)
+    result = cli(*A, "sweep", "--interval", "0.5", "--json")
+    assert result.exit_code == 0
+    assert pauses == [0.5, 0.5] and result.output.count('"total"') == 2
+
+
+def test_leases_names_each_queue_its_lease_and_its_source(cliapp: Any) -> None:
+    leases = ok_json(*A, "leases")
+    assert leases["transport"] == "memory"
+    queues = {q["queue"]: q for q in leases["queues"]}
+    assert set(queues) == {"celery", "shipping"}
+    assert queues["shipping"] == {
+        "queue": "shipping",
+        "seconds": 45.0,
+        "source": "pikku queue_leases",
+        "tasks": ["cliapp.ship"],
+    }
+    assert queues["celery"]["seconds"] == 300.0 and queues["celery"]["source"] == "pikku's default"
+    # Every task the app knows, shared tasks of installed libraries too.
+    assert {"cliapp.add", "cliapp.flaky"} <= set(queues["celery"]["tasks"])
+    assert "cliapp.ship" not in queues["celery"]["tasks"]
+
+    human = cli(*A, "leases")
+    assert human.exit_code == 0
+    shipping = next(line for line in human.output.splitlines() if "shipping" in line)
+    assert "45 s" in shipping and "pikku queue_leases" in shipping and "cliapp.ship" in shipping
+    assert "300 s" in human.output and "transport: memory" in human.output
+
+
+# --- finding the app ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [MODULE, f"{MODULE}:pikku", f"{MODULE}:app", f"{MODULE}.pikku", f" {MODULE} "],
+)
+def test_app_specs_that_name_the_pikku(cliapp: Any, spec: str) -> None:
+    run_id = start(cliapp, "approval")
+    result = cli("-A", spec, "runs", "list", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["runs"][0]["id"] == run_id
+
+
+def test_app_from_the_environment(cliapp: Any) -> None:
+    run_id = start(cliapp, "approval")
+    result = cli("runs", "list", "--json", env={"PIKKU_APP": MODULE})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["runs"][0]["id"] == run_id
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("tests.cli.nope", "no module named 'tests.cli.nope'"),
+        ("no_such_top_level_module", "no module named 'no_such_top_level_module'"),
+        ("tests.cli.no_pikku", "no Pikku instance found"),
+        ("tests.cli.no_pikku:app", "no Pikku(app, ...) built on it was found"),
+        ("tests.cli", "in tests.cli; name it with -A tests.cli:ATTR"),
+        (f"{MODULE}:nothing", f"module '{MODULE}' has no attribute 'nothing'"),
+        (f"{MODULE}:order", "is a Workflow, not a pikku_celery.Pikku"),
+        (f"{MODULE}:", "is not MODULE or MODULE:ATTR"),
+        (
+            "tests.cli.broken_import",
+            "importing 'tests.cli.broken_import' failed: "
+            "No module named 'pikku_cli_test_missing_dependency'",
+        ),
+    ],
+)
+def test_app_spec_errors_say_what_was_looked_for(cliapp: Any, spec: str, message: str) -> None:
+    result = cli("-A", spec, "runs", "list")
+    assert result.exit_code == 2
+    assert "-A/--app" in result.output and message in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("spec", ["tests.cli.lazy_app:pikku", "tests.cli.lazy_app.pikku"])
+def test_a_pikku_built_on_first_access(
+    cliapp: Any, spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = start(cliapp, "approval")
+    assert ok_json("-A", spec, "runs", "list")["runs"][0]["id"] == run_id
+    monkeypatch.setenv("PIKKU_CLI_LAZY_FAIL", "1")
+    result = cli("-A", spec, "runs", "list")
+    assert result.exit_code == 2
+    assert "reading tests.cli.lazy_app:pikku failed: RuntimeError: settings lack" in result.output
+
+
+def test_a_command_that_needs_the_app_says_how_to_name_it() -> None:
+    result = cli("leases", env={"PIKKU_APP": ""})
+    assert result.exit_code == 2 and "pass -A/--app MODULE[:ATTR]" in result.output
+
+
+# --- bad run ids -------------------------------------------------------------
+
+
+COMMANDS_TAKING_A_RUN = [
+    ("runs", "show"),
+    ("runs", "cancel"),
+    ("runs", "retry"),
+    ("signal",),
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS_TAKING_A_RUN)
+def test_malformed_run_ids_are_refused_before_anything_is_read(
+    command: tuple[str, ...],
+) -> None:
+    # No -A: the id is refused before the app is even imported.
+    extra = ("approve",) if command == ("signal",) else ()
+    result = cli(*command, "not-a-run", *extra)
+    assert result.exit_code == 2
+    assert "'not-a-run' is not a workflow run id (a UUID)" in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS_TAKING_A_RUN)
+def test_unknown_runs_are_a_clear_error(cliapp: Any, command: tuple[str, ...]) -> None:
+    extra = ("approve",) if command == ("signal",) else ()
+    result = cli(*A, *command, UNKNOWN_RUN, *extra)
+    assert result.exit_code == 1
+    assert f"no workflow run '{UNKNOWN_RUN}'" in result.output
+
+
+# --- the database ------------------------------------------------------------
+
+
+def test_db_commands_take_the_database_url_from_the_app(cliapp: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "cli.db")
+    checked = cli(*A, "db", "check")
+    assert checked.exit_code == 0, checked.output
+    assert path in checked.output and "up to date (revision 0001)" in checked.output
+    current = cli(*A, "db", "current")
+    assert current.exit_code == 0 and path in current.output and "head: 0001" in current.output
+    other = tmp_path / "other.db"
+    explicit = cli(*A, "db", "upgrade", "--database-url", f"sqlite:///{other}")
+    assert explicit.exit_code == 0 and str(other) in explicit.output
+    assert "upgraded to revision 0001" in explicit.output
+
+
+def test_db_upgrade_of_the_apps_own_sqlite_file(cliapp: Any) -> None:
+    upgraded = cli(*A, "db", "upgrade")
+    assert upgraded.exit_code == 0, upgraded.output
+
+
+def test_db_without_url_or_app_is_a_usage_error() -> None:
+    result = cli("db", "check", env={"PIKKU_DATABASE_URL": "", "PIKKU_APP": ""})
+    assert result.exit_code == 2 and "--database-url" in result.output
+
+
+@pytest.fixture
+def unreachable() -> Iterator[str]:
+    sys.modules.pop("tests.cli.unreachable_app", None)
+    yield "pa55-cli-secret"
+    sys.modules.pop("tests.cli.unreachable_app", None)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("runs", "list"), ("runs", "show", UNKNOWN_RUN), ("leases",), ("sweep", "--once")],
+)
+def test_an_unreachable_database_is_one_masked_line_and_exit_2(
+    unreachable: str, command: tuple[str, ...]
+) -> None:
+    result = cli("-A", "tests.cli.unreachable_app", *command)
+    assert result.exit_code == 2, result.output
+    assert "unreachable" in result.output and "127.0.0.1" in result.output
+    assert unreachable not in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", ["check", "current", "upgrade"])
+def test_db_commands_on_an_unreachable_database(unreachable: str, command: str) -> None:
+    result = cli("-A", "tests.cli.unreachable_app", "db", command)
+    assert result.exit_code == 2, result.output
+    assert "postgresql+psycopg://pikku:***@127.0.0.1:9/nowhere" in result.output
+    assert unreachable not in result.output
+    url = f"postgresql+psycopg://pikku:{unreachable}@127.0.0.1:9/nowhere"
+    explicit = cli("db", command, "--database-url", url)
+    assert explicit.exit_code == 2 and unreachable not in explicit.output
+    assert "pikku:***@" in explicit.output
+
+
+def test_unusable_database_urls_are_clean_errors() -> None:
+    for url in ("not a url", "nosuchdialect://x/y"):
+        result = cli("db", "check", "--database-url", url)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+
+
+# --- help --------------------------------------------------------------------
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, command in sorted(group.commands.items()):
+        yield (*path, name)
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+
+
+def test_every_command_has_help() -> None:
+    paths = list(_commands(main))
+    assert {p[0] for p in paths} == {"db", "runs", "signal", "sweep", "leases"}
+    for path in [(), *paths]:
+        result = cli(*path, "--help")
+        assert result.exit_code == 0, path
+        summary = result.output.split("\n\n")[1].strip()
+        assert summary, f"{' '.join(path)} has no help text"
+    for path in paths:
+        ctx = click.Context(main)
+        command: click.Command | None = main
+        for part in path:
+            assert isinstance(command, click.Group)
+            command = command.get_command(ctx, part)
+        assert command is not None and command.help, path
