@@ -166,9 +166,13 @@ def _search(module: ModuleType) -> Pikku:
 
 
 def _pikku_for_app(app: Celery) -> Pikku | None:
-    """A Pikku built on ``app``, in any loaded module."""
+    """A Pikku built on ``app``, in any loaded module.
+
+    ``type()`` rather than ``isinstance``: the latter asks lazy objects (Django's
+    settings proxies) for their ``__class__``, which evaluates them.
+    """
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
-            if isinstance(value, Pikku) and value.app is app:
+            if issubclass(type(value), Pikku) and value.app is app:
                 return value
     return None

@@ -1,0 +1,39 @@
+"""The Django app: add ``"pikku_celery.contrib.django"`` to ``INSTALLED_APPS``.
+
+Installing it makes the ``pikku_celery`` management command available and
+registers a system check that catches a misconfigured ``PIKKU_CELERY`` at
+start-up rather than at the first workflow start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+
+class PikkuCeleryConfig(AppConfig):
+    """pikku-celery's app config (label ``pikku_celery``; it has no models)."""
+
+    name = "pikku_celery.contrib.django"
+    label = "pikku_celery"
+    verbose_name = "pikku-celery workflows"
+
+    def ready(self) -> None:
+        checks.register(check_settings)
+
+
+def check_settings(app_configs: Any = None, **_: Any) -> list[checks.CheckMessage]:
+    """``PIKKU_CELERY`` is a dict of known keys naming an app or a Pikku.
+
+    Imports nothing and connects to nothing: it only reads settings.
+    """
+    from .conf import pikku_settings
+
+    try:
+        pikku_settings()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), id="pikku_celery.E001")]
+    return []

@@ -1,0 +1,324 @@
+"""Reading ``settings.PIKKU_CELERY`` and building the project's Pikku from it.
+
+::
+
+    PIKKU_CELERY = {
+        "CELERY_APP": "proj.celery.app",  # dotted path (or "module:attr") to the Celery app
+        "DATABASE_URL": None,             # default: built from DATABASES[DATABASE]
+        "DATABASE": "default",            # the DATABASES alias to build it from
+        "OPTIONS": {"sweep_interval": 30.0},  # passed to Pikku(...) as keywords
+    }
+
+or, when the project already builds its Pikku itself::
+
+    PIKKU_CELERY = {"PIKKU": "proj.workflows.pikku"}
+
+pikku keeps its own SQLAlchemy engine (its own connections) even when it
+shares Django's database: its writes must commit on their own schedule, not
+ride in Django's request transaction. That is why :func:`start_on_commit`
+exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+import sqlalchemy as sa
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from ...engine.core import WorkflowEngine
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from ...celery.integration import Pikku
+
+SETTING = "PIKKU_CELERY"
+
+DEFAULTS: dict[str, Any] = {
+    "CELERY_APP": None,
+    "PIKKU": None,
+    "DATABASE_URL": None,
+    "DATABASE": "default",
+    "OPTIONS": {},
+}
+
+# Django-only keys of DATABASES[...]["OPTIONS"]: they mean nothing to the driver.
+_DJANGO_ONLY_OPTIONS = {
+    "postgresql": {
+        "assume_role",
+        "isolation_level",
+        "pool",
+        "server_side_binding",
+        "cursor_factory",
+        "context",
+    },
+    "mysql": {"isolation_level", "conv", "client_flag"},
+}
+# OPTIONS["ssl"] keys that SQLAlchemy's PyMySQL dialect accepts as ssl_<key> in the URL.
+_MYSQL_SSL_KEYS = {"ca", "cert", "key", "capath", "cipher", "check_hostname"}
+
+
+def pikku_settings() -> dict[str, Any]:
+    """``settings.PIKKU_CELERY`` over the defaults, with unknown keys refused.
+
+    A typo ("DATABSE") would otherwise fall back to a default silently.
+    """
+    raw = getattr(settings, SETTING, None)
+    if raw is None:
+        raise ImproperlyConfigured(
+            f"settings.{SETTING} is not set: give it at least "
+            "{'CELERY_APP': 'proj.celery.app'} or {'PIKKU': 'proj.workflows.pikku'}"
+        )
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(f"settings.{SETTING} must be a dict, not {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"settings.{SETTING} has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"known: {', '.join(DEFAULTS)}"
+        )
+    conf = {**DEFAULTS, **raw}
+    if not isinstance(conf["OPTIONS"], Mapping):
+        raise ImproperlyConfigured(f"settings.{SETTING}['OPTIONS'] must be a dict")
+    if conf["PIKKU"] is None and conf["CELERY_APP"] is None:
+        raise ImproperlyConfigured(
+            f"settings.{SETTING} needs 'CELERY_APP' (the Celery app's dotted path) "
+            "or 'PIKKU' (the dotted path of a Pikku you built yourself)"
+        )
+    return conf
+
+
+def import_object(path: str) -> Any:
+    """The object at ``"pkg.module.attr"`` or ``"pkg.module:attr"``."""
+    if ":" in path:
+        module_name, _, attr = path.partition(":")
+    else:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ImproperlyConfigured(f"{path!r} is not a dotted path to an object")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"cannot import {module_name!r} (from {path!r}): {exc}") from exc
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImproperlyConfigured(f"{module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+# --- database URLs ----------------------------------------------------------
+
+
+def vendor_of(engine: str) -> str | None:
+    """The vendor (as Django's ``connection.vendor``) of a DATABASES ENGINE path."""
+    last = engine.rsplit(".", 1)[-1]
+    if last in ("postgresql", "postgresql_psycopg2", "postgis"):
+        return "postgresql"
+    if last == "mysql":
+        return "mysql"
+    if last in ("sqlite3", "spatialite"):
+        return "sqlite"
+    return None
+
+
+def database_url(db: Mapping[str, Any], vendor: str | None = None) -> str:
+    """The SQLAlchemy URL for one entry of Django's ``DATABASES``.
+
+    PostgreSQL becomes ``postgresql+psycopg://``, MySQL/MariaDB
+    ``mysql+pymysql://``, SQLite ``sqlite:///NAME``. User and password go
+    through ``URL.create``, so ``@``, ``:``, ``/`` and ``%`` in them are
+    quoted rather than breaking the URL. ``vendor`` (Django's
+    ``connection.vendor``) wins over guessing from ``ENGINE``, which lets
+    third-party backends of a known database through.
+    """
+    engine = str(db.get("ENGINE") or "")
+    vendor = vendor or vendor_of(engine)
+    name = db.get("NAME")
+    if vendor == "sqlite":
+        return _sqlite_url(name, engine)
+    if vendor not in ("postgresql", "mysql"):
+        raise ImproperlyConfigured(
+            f"cannot build a pikku database URL for ENGINE {engine!r}: pikku supports "
+            f"PostgreSQL, MySQL/MariaDB and SQLite; set {SETTING}['DATABASE_URL']"
+        )
+    host = str(db.get("HOST") or "") or None
+    port = db.get("PORT")
+    query: dict[str, str] = {}
+    if vendor == "mysql":
+        query["charset"] = "utf8mb4"  # what Django's MySQL backend uses
+    query.update(_driver_options(vendor, db.get("OPTIONS") or {}, engine))
+    if host is not None and host.startswith("/"):
+        # A Unix socket directory (PostgreSQL) or socket file (MySQL): it cannot
+        # be the URL's host, the driver takes it as a connection argument.
+        query["host" if vendor == "postgresql" else "unix_socket"] = host
+        host = None
+    url = sa.engine.URL.create(
+        "postgresql+psycopg" if vendor == "postgresql" else "mysql+pymysql",
+        username=str(db.get("USER") or "") or None,
+        password=str(db.get("PASSWORD") or "") or None,
+        host=host,
+        port=int(port) if port not in (None, "") else None,
+        database=str(name) if name else None,
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
+
+
+def _sqlite_url(name: Any, engine: str) -> str:
+    text = str(name or "")
+    if text in ("", ":memory:"):
+        raise ImproperlyConfigured(
+            f"DATABASES uses a private in-memory SQLite database ({engine}); pikku "
+            f"cannot share it. Give it a file NAME or set {SETTING}['DATABASE_URL']"
+        )
+    if text.startswith("file:"):
+        # An SQLite URI, as Django's test runner makes for in-memory test databases.
+        path, _, raw_query = text.partition("?")
+        query = dict(parse_qsl(raw_query))
+        query["uri"] = "true"
+        return sa.engine.URL.create("sqlite", database=path, query=query).render_as_string()
+    return sa.engine.URL.create("sqlite", database=text).render_as_string()
+
+
+def _driver_options(vendor: str, options: Mapping[str, Any], engine: str) -> dict[str, str]:
+    """DATABASES OPTIONS that the driver understands, as URL query values.
+
+    A value that cannot go in a URL is refused rather than dropped: losing
+    ``ssl`` quietly would connect without TLS.
+    """
+    query: dict[str, str] = {}
+    for key, value in options.items():
+        if key in _DJANGO_ONLY_OPTIONS[vendor] or value is None:
+            continue
+        if vendor == "mysql" and key == "ssl" and isinstance(value, Mapping):
+            for ssl_key, ssl_value in value.items():
+                if ssl_key not in _MYSQL_SSL_KEYS:
+                    raise ImproperlyConfigured(
+                        f"DATABASES OPTIONS['ssl'][{ssl_key!r}] ({engine}) has no URL form; "
+                        f"set {SETTING}['DATABASE_URL']"
+                    )
+                query[f"ssl_{ssl_key}"] = _scalar(ssl_value)
+            continue
+        if not isinstance(value, str | int | float | bool):
+            raise ImproperlyConfigured(
+                f"DATABASES OPTIONS[{key!r}] ({engine}) is a {type(value).__name__}, which has "
+                f"no URL form; set {SETTING}['DATABASE_URL']"
+            )
+        query[key] = _scalar(value)
+    return query
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def database_url_for_alias(alias: str = "default") -> str:
+    """The SQLAlchemy URL of Django's database ``alias``, as Django connects to it.
+
+    Reads ``connections[alias].settings_dict``, which the test runner points
+    at the test database, so pikku follows Django there too.
+    """
+    from django.db import connections
+
+    if alias not in settings.DATABASES:
+        raise ImproperlyConfigured(
+            f"{SETTING}['DATABASE'] is {alias!r}, which is not in settings.DATABASES"
+        )
+    connection = connections[alias]
+    return database_url(connection.settings_dict, getattr(connection, "vendor", None))
+
+
+def configured_database_url(conf: Mapping[str, Any] | None = None) -> str:
+    """``DATABASE_URL`` from the settings, else the URL built from ``DATABASES``."""
+    conf = conf if conf is not None else pikku_settings()
+    url = conf["DATABASE_URL"]
+    if url:
+        return str(url)
+    return database_url_for_alias(str(conf["DATABASE"]))
+
+
+# --- the project's Pikku ----------------------------------------------------
+
+
+def pikku_from_settings(app: Celery | None = None) -> Pikku:
+    """A new Pikku on ``app`` (default: ``CELERY_APP``) configured from the settings.
+
+    Builds; never caches. A Celery app should carry one Pikku, so most code
+    wants :func:`get_pikku` instead.
+    """
+    from ...celery.integration import Pikku
+
+    conf = pikku_settings()
+    if app is None:
+        if conf["CELERY_APP"] is None:
+            raise ImproperlyConfigured(f"settings.{SETTING} has no 'CELERY_APP' to build on")
+        app = import_object(str(conf["CELERY_APP"]))
+    options = dict(conf["OPTIONS"])
+    if "store" in options or "engine" in options:
+        # A store or engine given in OPTIONS says where the runs live.
+        return Pikku(app, conf["DATABASE_URL"], **options)
+    return Pikku(app, configured_database_url(conf), **options)
+
+
+_lock = threading.RLock()
+_pikku: WorkflowEngine | None = None
+
+
+def get_pikku() -> WorkflowEngine:
+    """The project's Pikku: ``PIKKU`` if set, else built once from the settings.
+
+    Cached for the process (reset when a test overrides ``PIKKU_CELERY``), so
+    every caller shares one engine, one connection pool and one set of
+    registered workflows. Typed as the engine a Pikku is, so a test can
+    name a broker-less engine from :mod:`pikku_celery.testing` as ``PIKKU``.
+
+    Re-entrant: the Celery app's module may import the workflows module,
+    which calls ``get_pikku()`` while the app is still being imported; that
+    inner call builds the Pikku and the outer one returns the same.
+    """
+    global _pikku
+    with _lock:
+        if _pikku is not None:
+            return _pikku
+        conf = pikku_settings()
+        if conf["PIKKU"] is not None:
+            obj = conf["PIKKU"]
+            if isinstance(obj, str):
+                obj = import_object(obj)
+            if not isinstance(obj, WorkflowEngine):
+                raise ImproperlyConfigured(
+                    f"settings.{SETTING}['PIKKU'] must name a Pikku, not {type(obj).__name__}"
+                )
+            _pikku = obj
+            return obj
+        app = import_object(str(conf["CELERY_APP"]))
+        if _pikku is None:  # not built by a re-entrant call during the import
+            _pikku = pikku_from_settings(app)
+        return _pikku
+
+
+def reset() -> None:
+    """Forget the cached Pikku (the next :func:`get_pikku` builds it again)."""
+    global _pikku
+    with _lock:
+        _pikku = None
+
+
+def _on_setting_changed(*, setting: str, **_: Any) -> None:
+    if setting in (SETTING, "DATABASES"):
+        reset()
+
+
+setting_changed.connect(_on_setting_changed, weak=False, dispatch_uid="pikku_celery.conf")
