@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import click
 import sqlalchemy as sa
@@ -174,5 +174,5 @@ def _pikku_for_app(app: Celery) -> Pikku | None:
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
             if issubclass(type(value), Pikku) and value.app is app:
-                return value
+                return cast(Pikku, value)
     return None
