@@ -1,12 +1,13 @@
 """A durable workflow against the plain Celery chain it replaces, same broker, same run.
 
-    python benchmarks/workflow.py [--steps 10] [--runs 30]
+    python benchmarks/workflow.py [--steps 10] [--runs 30] [--concurrent 50]
 
-Starts one `celery worker --pool solo` on a Redis broker and a scratch
-PostgreSQL database, then times, interleaved, a chain of N `inc` links
-(waiting on its result in the Redis backend) and an N-step pikku workflow
-of the same task (waiting with RunHandle.wait). Prints medians and the cost
-a durable step adds to a chain link.
+Latency: one `celery worker --pool solo` on a Redis broker and a scratch
+PostgreSQL database; interleaved, a chain of N `inc` links (waiting on its
+result in the Redis backend) and an N-step pikku workflow of the same task
+(waiting with RunHandle.wait). Throughput: a `--pool prefork -c 2` worker;
+C concurrent N-step workflows against C concurrent N-link chains. Prints the
+medians, steps/s and the ratios.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--concurrent", type=int, default=50)
     args = p.parse_args()
 
     tag = f"pikku_bench_{uuid.uuid4().hex[:8]}"
@@ -53,12 +55,21 @@ def main() -> int:
     from benchmarks import benchapp
 
     log = open(f"/tmp/{tag}-worker.log", "wb")  # noqa: SIM115 - lives as long as the worker
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "benchmarks.benchapp", "worker", "--pool", "solo",
-         "-Q", tag, "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "--loglevel", "WARNING"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+
+    def start_worker(*pool: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "benchmarks.benchapp", "worker", *pool,
+             "-Q", tag, "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "--loglevel", "WARNING"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+    def stop_worker(w: subprocess.Popen[bytes]) -> None:
+        os.killpg(w.pid, signal.SIGTERM)
+        w.wait(30)
+
+    worker = start_worker("--pool", "solo")
+    through: dict[str, float] = {}
     try:
         from celery import chain
 
@@ -78,9 +89,23 @@ def main() -> int:
             flows.append(time.perf_counter() - t0)
             print(f"\r  {i + 1}/{args.runs}", end="", file=sys.stderr)
         print(file=sys.stderr)
+        stop_worker(worker)
+        worker = start_worker("--pool", "prefork", "-c", "2")
+        print(f"throughput: {args.concurrent} concurrent runs, prefork -c 2 ...", file=sys.stderr)
+        chain(inc.s(0), inc.s()).apply_async().get(timeout=60)  # the pool is up
+        t0 = time.perf_counter()
+        results = [
+            chain(inc.s(0), *[inc.s() for _ in range(args.steps - 1)]).apply_async()
+            for _ in range(args.concurrent)
+        ]
+        assert all(r.get(timeout=120) == args.steps for r in results)
+        through["chain"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        handles = [benchapp.linear.start(args.steps) for _ in range(args.concurrent)]
+        assert all(h.wait(timeout=120) == args.steps for h in handles)
+        through["workflow"] = time.perf_counter() - t0
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(20)
+        stop_worker(worker)
         log.close()
         benchapp.pikku.sql_engine.dispose()  # type: ignore[union-attr]
         with admin.connect() as conn:
@@ -94,6 +119,14 @@ def main() -> int:
     print(f"| {'Celery chain (Redis backend)':<28} | {c * 1000:>9.2f} | {c * 1000 / n:>11.2f} |")
     print(f"| {'pikku workflow':<28} | {f * 1000:>9.2f} | {f * 1000 / n:>11.2f} |")
     print(f"\ndurable step adds {(f - c) * 1000 / n:+.2f} ms per step ({f / c:.2f}x the chain)")
+    steps = args.concurrent * n
+    tc, tw = through["chain"], through["workflow"]
+    print(f"\n{args.concurrent} concurrent {n}-step runs, prefork -c 2\n")
+    print(f"| {'what':<28} | {'wall s':>7} | {'steps/s':>8} |")
+    print(f"|{'-' * 30}|{'-' * 9}|{'-' * 10}|")
+    print(f"| {'Celery chains':<28} | {tc:>7.2f} | {steps / tc:>8.0f} |")
+    print(f"| {'pikku workflows':<28} | {tw:>7.2f} | {steps / tw:>8.0f} |")
+    print(f"\nworkflow time {tw / tc:.2f}x the chains'")
     return 0
 
 

@@ -62,6 +62,7 @@ def dumps(value: Any, where: str, path: str = "value", max_bytes: int | None = N
 
 
 def loads(text: str | None) -> Any:
+    """Decode a stored JSON payload; NULL stays None."""
     return None if text is None else json.loads(text)
 
 

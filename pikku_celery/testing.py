@@ -26,6 +26,8 @@ from .store.model import StepState
 
 @dataclass(order=True)
 class Message:
+    """A message in the inline queue: a step to run or a run to wake, due at ``due``."""
+
     due: float
     seq: int
     kind: str = field(compare=False)  # "step" or "run"
@@ -121,6 +123,7 @@ class InlineDispatcher:
 
     # --- delivering ----------------------------------------------------------
     def deliver(self, msg: Message) -> None:
+        """Handle one message as a worker would: a pass of the run, or the step's task."""
         engine = self.engine
         assert engine is not None, "bind the dispatcher to an engine first"
         if msg.kind == "run":

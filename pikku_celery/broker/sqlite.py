@@ -283,6 +283,7 @@ class Database:
     # -- messages -----------------------------------------------------------
 
     def put(self, queue: str, payload: str) -> None:
+        """Append a message to ``queue``, visible at once."""
         now = time.time()
         with self._locked() as conn:
             conn.execute(
@@ -385,6 +386,7 @@ class BroadcastUnsupported(FanoutExchange):
     """
 
     def deliver(self, message: Any, exchange: str, routing_key: str, **kwargs: Any) -> None:
+        """Refuse fanout: this broker has no broadcast, so say which brokers do."""
         raise NotImplementedError(
             f"the sqlite-queue broker has no broadcast (fanout exchange {exchange!r}): "
             "celery inspect/control and revoke need Redis or RabbitMQ"
@@ -395,6 +397,7 @@ class QoS(virtual.QoS):
     """Acks and rejects go to the database, not to an in-memory copy of the message."""
 
     def ack(self, delivery_tag: str) -> None:
+        """Delete the message's row; a tag whose visibility timeout passed is logged."""
         # Tags we did not issue (no_ack deliveries) have no row to delete.
         if _row_id(delivery_tag) is not None and not self.channel.db.ack(delivery_tag):
             log.warning(
@@ -406,6 +409,7 @@ class QoS(virtual.QoS):
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """Give the message back to its queue (``requeue``) or drop it."""
         if requeue:
             self.channel.db.requeue([delivery_tag])
         else:
@@ -487,6 +491,7 @@ class Channel(virtual.Channel):
         self._delete(queue)
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        """Consume ``queue``, remembering whether its deliveries need an ack."""
         if no_ack:
             self._noack_queues.add(queue)
         else:
@@ -494,6 +499,7 @@ class Channel(virtual.Channel):
         return super().basic_consume(queue, no_ack, *args, **kwargs)
 
     def basic_cancel(self, consumer_tag: str) -> Any:
+        """Stop consuming; the queue's no-ack mark goes with its last consumer."""
         queue = self._tag_to_queue.get(consumer_tag)
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._tag_to_queue.values():
@@ -501,6 +507,7 @@ class Channel(virtual.Channel):
         return result
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        """Take one message: deleted with ``no_ack``, else hidden until acked."""
         taken = self.db.take(queue, delete=no_ack)
         if taken is None:
             return None
@@ -510,6 +517,7 @@ class Channel(virtual.Channel):
         return message
 
     def close(self) -> None:
+        """Give back unacked messages, then close the database connection."""
         try:
             super().close()  # gives back unacked messages first
         finally:
@@ -553,4 +561,5 @@ class Transport(virtual.Transport):
         self.polling_interval = self.options.polling_interval
 
     def driver_version(self) -> str:
+        """The SQLite library's version, which kombu reports as the driver's."""
         return sqlite3.sqlite_version

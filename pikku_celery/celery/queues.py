@@ -68,9 +68,11 @@ class QueueLeases:
         self._lock = threading.Lock()
 
     def default_queue(self) -> str:
+        """The app's default queue (``task_default_queue``, else ``celery``)."""
         return str(self.app.conf.task_default_queue or "celery")
 
     def lease(self, queue: str | None) -> QueueLease:
+        """The step lease of ``queue`` and its source, resolved once and cached."""
         name = queue or self.default_queue()
         cached = self._cache.get(name)
         if cached is not None:

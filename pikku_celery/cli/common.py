@@ -69,6 +69,7 @@ def first_line(exc: BaseException) -> str:
 
 
 def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret (a database password) replaced by ``***``."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
@@ -188,6 +189,7 @@ class RunIdType(ParamTypeBase):
     name = "RUN"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """A run id, or a clear usage error instead of a store lookup that cannot match."""
         try:
             return parse_run_id(value)
         except ValueError as exc:
@@ -208,4 +210,5 @@ def json_option(fn: F) -> F:
 
 
 def echo_json(data: Any) -> None:
+    """Print ``data`` as indented JSON (``--json``); unknown types as strings."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

@@ -19,6 +19,7 @@ class JsonPayloadType(ParamTypeBase):
     name = "JSON"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The parsed JSON, or a usage error that shows how to quote it for the shell."""
         if not isinstance(value, str):
             return value
         try:

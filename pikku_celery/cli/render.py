@@ -56,18 +56,21 @@ def console() -> Console:
 
 
 def iso(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO 8601 UTC for JSON output (None stays None)."""
     if ms is None:
         return None
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def clock(ms: int | None) -> str:
+    """Epoch milliseconds as a UTC wall-clock time for tables (``-`` for none)."""
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def seconds(ms: int | None) -> float | None:
+    """Milliseconds as seconds, rounded to the millisecond (None stays None)."""
     return None if ms is None else round(ms / 1000, 3)
 
 
@@ -89,6 +92,7 @@ def human_seconds(value: float | None) -> str:
 
 
 def error_text(error: ErrorInfo | None) -> str | None:
+    """A recorded error as one line, ``Type: message``."""
     if not error:
         return None
     kind, message = error.get("type") or "Error", error.get("message") or ""
@@ -96,6 +100,7 @@ def error_text(error: ErrorInfo | None) -> str | None:
 
 
 def compact(value: Any, limit: int = 120) -> str:
+    """``value`` as one line of JSON, cut at ``limit`` characters."""
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -106,6 +111,7 @@ def styled(value: str | None, style: str = "") -> Text:
 
 
 def status_cell(status: str) -> Text:
+    """A status, coloured by what it means."""
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
@@ -113,6 +119,7 @@ def status_cell(status: str) -> Text:
 
 
 def run_duration_ms(run: RunState, now: int) -> int:
+    """How long the run took, or has been running so far."""
     end = run.updated_at if run.status.terminal else now
     return max(0, end - run.created_at)
 
@@ -144,6 +151,7 @@ def attempt_end_ms(attempt: AttemptState, later: AttemptState | None, now: int) 
 
 
 def attempt_duration_ms(attempt: AttemptState, later: AttemptState | None, now: int) -> int | None:
+    """How long the attempt owned the step (None when unknown)."""
     end = attempt_end_ms(attempt, later, now)
     return None if end is None else max(0, end - attempt.started_at)
 
@@ -161,6 +169,7 @@ def lease_remaining_ms(step: StepState, now: int) -> int | None:
 
 
 def lease_text(step: StepState, now: int) -> str:
+    """What is left of a running step's lease, in words."""
     if step.status != StepStatus.RUNNING:
         return "-"
     remaining = lease_remaining_ms(step, now)
@@ -190,6 +199,7 @@ def run_summary(run: RunState, now: int) -> dict[str, Any]:
 
 
 def run_detail(run: RunState, now: int) -> dict[str, Any]:
+    """The run for ``runs show --json``, without its steps."""
     return {
         "id": run.id,
         "workflow": run.workflow,
@@ -209,6 +219,7 @@ def run_detail(run: RunState, now: int) -> dict[str, Any]:
 
 
 def attempt_json(attempt: AttemptState, later: AttemptState | None, now: int) -> dict[str, Any]:
+    """One attempt for ``runs show --json``."""
     return {
         "attempt": attempt.attempt,
         "status": attempt.status.value,
@@ -222,6 +233,7 @@ def attempt_json(attempt: AttemptState, later: AttemptState | None, now: int) ->
 
 
 def step_json(history: StepHistory, now: int) -> dict[str, Any]:
+    """One step and its attempts for ``runs show --json``."""
     step = history.step
     return {
         "id": step.id,
@@ -249,6 +261,7 @@ def step_json(history: StepHistory, now: int) -> dict[str, Any]:
 
 
 def show_json(run: RunState, steps: Sequence[StepHistory], now: int) -> dict[str, Any]:
+    """``runs show --json``: the run, its steps and their attempts."""
     return {
         "now": iso(now),
         "run": run_detail(run, now),
@@ -257,6 +270,7 @@ def show_json(run: RunState, steps: Sequence[StepHistory], now: int) -> dict[str
 
 
 def lease_json(lease: QueueLease, tasks: Sequence[str]) -> dict[str, Any]:
+    """One queue's lease for ``leases --json``."""
     return {
         "queue": lease.queue,
         "seconds": lease.seconds,
@@ -266,6 +280,7 @@ def lease_json(lease: QueueLease, tasks: Sequence[str]) -> dict[str, Any]:
 
 
 def sweep_json(report: SweepReport) -> dict[str, Any]:
+    """``sweep --once --json``: what the sweep did."""
     return {
         "requeued_lapsed": report.requeued_lapsed,
         "expired": report.expired,
@@ -286,6 +301,7 @@ def titled(title: str, table: Table) -> Group:
 
 
 def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
+    """The ``runs list`` table."""
     table = Table()
     table.add_column("run", no_wrap=True)
     table.add_column("workflow")
@@ -337,6 +353,7 @@ def run_panel(run: RunState, now: int) -> Text:
 
 
 def steps_table(steps: Sequence[StepHistory], now: int) -> Group:
+    """The steps table of ``runs show``."""
     table = Table()
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("step", no_wrap=True)
@@ -384,6 +401,7 @@ def _detail(step: StepState) -> str:
 
 
 def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
+    """The attempts table of ``runs show``: every attempt of every step."""
     table = Table()
     table.add_column("step", no_wrap=True)
     table.add_column("attempt", justify="right", no_wrap=True)
@@ -409,6 +427,7 @@ def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
 
 
 def leases_table(rows: Sequence[tuple[QueueLease, Sequence[str]]], transport: str) -> Group:
+    """The ``leases`` table: each queue's step lease and where it came from."""
     table = Table()
     table.add_column("queue", no_wrap=True)
     table.add_column("lease", justify="right", no_wrap=True)
@@ -425,6 +444,7 @@ def leases_table(rows: Sequence[tuple[QueueLease, Sequence[str]]], transport: st
 
 
 def sweep_table(report: SweepReport) -> Group:
+    """The ``sweep --once`` table."""
     table = Table()
     table.add_column("what")
     table.add_column("count", justify="right")

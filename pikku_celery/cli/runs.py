@@ -31,6 +31,7 @@ class Since:
     age_ms: int | None = None
 
     def resolve(self, now_ms: int) -> int:
+        """The instant, in epoch ms, that ``--since`` means at ``now_ms``."""
         if self.at_ms is not None:
             return self.at_ms
         assert self.age_ms is not None
@@ -45,6 +46,7 @@ class SinceType(ParamTypeBase):
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> Since:
+        """Parse an age (``90s``, ``1h``, ``2d``) or an ISO 8601 instant."""
         if isinstance(value, Since):
             return value
         text = str(value)

@@ -80,10 +80,12 @@ class Context:
     # --- identity and time ---------------------------------------------------
     @property
     def run_id(self) -> str:
+        """The id of the run this body is replaying."""
         return self._view.run.id
 
     @property
     def input(self) -> JSON:
+        """The run's input, as given to ``start``."""
         return self._view.run.input
 
     def idempotency_key(self, step_name: str) -> str:

@@ -121,6 +121,7 @@ class WorkflowEngine:
         return RunHandle(self, run.id)
 
     def handle(self, run_id: str) -> RunHandle:
+        """A :class:`RunHandle` for a run id (checked to be a run id, not looked up)."""
         return RunHandle(self, parse_run_id(run_id))
 
     def send_signal(self, run_id: str, name: str, payload: JSON = None) -> RunState:
@@ -146,17 +147,21 @@ class WorkflowEngine:
 
     # --- what workers do -----------------------------------------------------
     def orchestrate(self, run_id: str, reason: str = "") -> None:
+        """One orchestration pass of the run (what ``pikku.orchestrate`` messages run)."""
         orchestrate(self, run_id, reason)
 
     def execute_step(
         self, run_id: str, step_id: str, task_name: str, body: StepBody, queue: str | None = None
     ) -> Any:
+        """Run one attempt of a step if this message wins the claim (see ``execute``)."""
         return execute_step(self, run_id, step_id, task_name, body, queue)
 
     def sweep(self, limit: int = 200) -> SweepReport:
+        """One sweep now: what beat runs every ``sweep_interval`` seconds."""
         return sweep(self, limit)
 
     def warn_short_lease(self, queue: str | None, lease_ms: int) -> None:
+        """Log once per queue that its step lease is under 2 s (renewals add up)."""
         with self._warn_lock:
             if queue in self._warned_queues:
                 return

@@ -175,4 +175,5 @@ class call_with:
         return self.fn(*step.args, **step.kwargs)
 
     def transactional(self, step: StepState) -> bool:
+        """Whether the step's function is marked ``@transactional``."""
         return is_transactional(self.fn)

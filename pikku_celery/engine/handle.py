@@ -27,6 +27,8 @@ class StepHistory:
 
 
 class RunHandle:
+    """A started run, by id: its state, its steps, and waiting for its outcome."""
+
     def __init__(self, engine: WorkflowEngine, run_id: str) -> None:
         self.engine = engine
         self.run_id = run_id
@@ -35,12 +37,14 @@ class RunHandle:
         return f"<RunHandle {self.run_id}>"
 
     def state(self) -> RunState:
+        """The run as stored now; raises :class:`RunNotFoundError` for an unknown id."""
         run = self.engine.store.get_run(self.run_id)
         if run is None:
             raise RunNotFoundError(f"no workflow run {self.run_id!r}")
         return run
 
     def status(self) -> RunStatus:
+        """The run's current status (a fresh read of the store)."""
         return self.state().status
 
     def wait(self, timeout: float | None = None) -> JSON:
@@ -91,9 +95,11 @@ class RunHandle:
         return _outcome(self.state())
 
     def cancel(self) -> RunState:
+        """Ask the run (and its children) to end as cancelled; a settled run refuses."""
         return self.engine.cancel(self.run_id)
 
     def signal(self, name: str, payload: JSON = None) -> RunState:
+        """Send the run signal ``name``; the same as ``Pikku.send_signal`` for this run."""
         return self.engine.send_signal(self.run_id, name, payload)
 
     def steps(self) -> list[StepHistory]:

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class StepHolding:
+    """One running step whose lease the keeper renews; ``lost`` is set once it lost it."""
+
     step_id: str
     attempt: int
     lease_ms: int
@@ -33,6 +35,8 @@ class StepHolding:
 
 
 class StepLeaseKeeper:
+    """Renews running steps' leases at half their length from one thread per process."""
+
     def __init__(self, store: WorkflowStore) -> None:
         self._store = store
         self._cond = threading.Condition()
@@ -42,6 +46,7 @@ class StepLeaseKeeper:
         self._pid = 0
 
     def hold(self, step_id: str, attempt: int, lease_ms: int) -> StepHolding:
+        """Start renewing the lease of a step's attempt; the first renewal is due at lease/2."""
         now = time.monotonic()
         holding = StepHolding(step_id, attempt, lease_ms, deadline=now + lease_ms / 1000)
         with self._cond:
@@ -51,6 +56,7 @@ class StepLeaseKeeper:
         return holding
 
     def drop(self, holding: StepHolding) -> None:
+        """Stop renewing (the step's body ended); cheap, so a short step costs no write."""
         # Lazy removal: the thread skips dropped holdings when they come due.
         holding.dropped = True
 

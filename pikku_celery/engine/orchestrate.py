@@ -19,6 +19,7 @@ REWAKE_SECONDS = 1.0
 
 
 def run_lease_key(run_id: str) -> str:
+    """The lease key of a run's orchestration pass: one pass per run at a time."""
     return f"workflow-run:{run_id}"
 
 

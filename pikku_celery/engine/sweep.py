@@ -25,6 +25,8 @@ SWEEP_LEASE_KEY = "pikku-sweep"
 
 @dataclass
 class SweepReport:
+    """What one sweep did, by kind; ``skipped`` when another sweep held the lease."""
+
     requeued_lapsed: int = 0  # running steps whose worker vanished: sent again
     expired: int = 0  # ... with no attempts left: failed
     resent: int = 0  # scheduled steps whose message may be lost
@@ -34,10 +36,12 @@ class SweepReport:
 
     @property
     def total(self) -> int:
+        """Everything the sweep acted on (the log line is written only when non-zero)."""
         return self.requeued_lapsed + self.expired + self.resent + self.due + self.idle
 
 
 def sweep(engine: WorkflowEngine, limit: int = 200) -> SweepReport:
+    """One sweep pass under the sweep lease, so two beats never double the work."""
     report = SweepReport()
     try:
         with hold_lease(engine.leases, SWEEP_LEASE_KEY, engine.sweep_lease_ttl, engine.worker_id):

@@ -33,6 +33,7 @@ def transactional(task: T) -> T:
 
 
 def is_transactional(target: Any) -> bool:
+    """Whether ``target`` was marked with :func:`transactional`."""
     return bool(getattr(target, MARK, False))
 
 
@@ -49,6 +50,7 @@ def step_connection() -> Any:
 
 @contextmanager
 def bound_connection(conn: Any) -> Iterator[None]:
+    """Make ``conn`` what :func:`step_connection` returns inside the block."""
     token = _connection.set(conn)
     try:
         yield
@@ -57,5 +59,6 @@ def bound_connection(conn: Any) -> Iterator[None]:
 
 
 def run_with_connection(conn: Any, fn: Callable[[], T]) -> T:
+    """Call ``fn`` with ``conn`` bound as the step's connection."""
     with bound_connection(conn):
         return fn()

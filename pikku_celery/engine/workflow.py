@@ -30,6 +30,7 @@ class Workflow:
         self.__wrapped__ = fn
 
     def run_body(self, ctx: Context, input: JSON) -> JSON:
+        """Call the workflow function, passing ``input`` only if it takes one."""
         return self.fn(ctx, input) if self._takes_input else self.fn(ctx)
 
     def start(self, input: JSON = None, *, idempotency_key: str | None = None) -> RunHandle:
@@ -47,12 +48,14 @@ class WorkflowRegistry:
         self._by_name: dict[str, Workflow] = {}
 
     def add(self, workflow: Workflow) -> None:
+        """Register a workflow; a different function under a taken name is refused."""
         existing = self._by_name.get(workflow.name)
         if existing is not None and existing.fn is not workflow.fn:
             raise ValueError(f"a different workflow is already registered as {workflow.name!r}")
         self._by_name[workflow.name] = workflow
 
     def get(self, name: str | Workflow) -> Workflow:
+        """The workflow registered under ``name``; :class:`UnknownWorkflowError` if none."""
         if isinstance(name, Workflow):
             return self.get(name.name)
         try:
@@ -64,4 +67,5 @@ class WorkflowRegistry:
             ) from None
 
     def names(self) -> list[str]:
+        """The registered workflow names, sorted."""
         return sorted(self._by_name)

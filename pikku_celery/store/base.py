@@ -29,6 +29,8 @@ Decide = Callable[[RunView], Decision]
 
 @runtime_checkable
 class WorkflowStore(Protocol):
+    """Where runs, steps and attempts live; every outcome write is fenced by attempt."""
+
     # --- clock ---------------------------------------------------------------
     def now_ms(self) -> int:
         """The store's clock, epoch milliseconds."""
@@ -40,7 +42,9 @@ class WorkflowStore(Protocol):
         same workflow, return that run instead. The bool says if it was created."""
         ...
 
-    def get_run(self, run_id: str) -> RunState | None: ...
+    def get_run(self, run_id: str) -> RunState | None:
+        """The run, or None if there is no run with that id."""
+        ...
 
     def list_runs(
         self,
@@ -74,7 +78,9 @@ class WorkflowStore(Protocol):
         """All steps of a run in one query, in the order they were recorded."""
         ...
 
-    def get_step(self, step_id: str) -> StepState | None: ...
+    def get_step(self, step_id: str) -> StepState | None:
+        """The step, or None if there is no step with that id."""
+        ...
 
     def get_attempts(self, run_id: str) -> list[AttemptState]:
         """Every attempt of every step of the run, oldest first."""

@@ -97,6 +97,7 @@ class InMemoryWorkflowStore:
         return run
 
     def get_run(self, run_id: str) -> RunState | None:
+        """The run, or None if there is no run with that id."""
         with self._lock:
             return self._runs.get(run_id)
 
@@ -175,6 +176,7 @@ class InMemoryWorkflowStore:
             return [self._steps[s] for s in self._run_steps.get(run_id, [])]
 
     def get_step(self, step_id: str) -> StepState | None:
+        """The step, or None if there is no step with that id."""
         with self._lock:
             return self._steps.get(step_id)
 

@@ -106,6 +106,8 @@ def current(url: str | sa.URL | sa.Engine) -> str | None:
 
 @dataclass(frozen=True)
 class SchemaCheck:
+    """The outcome of ``db check``: true when the tables match the newest revision."""
+
     ok: bool
     message: str
 

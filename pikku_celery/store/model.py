@@ -20,6 +20,8 @@ ErrorInfo = dict[str, Any]
 
 
 class RunStatus(StrEnum):
+    """Where a run is: running (or suspended) until completed, failed or cancelled."""
+
     RUNNING = "running"
     SUSPENDED = "suspended"
     COMPLETED = "completed"
@@ -28,10 +30,13 @@ class RunStatus(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """Settled for good: completed, failed or cancelled."""
         return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
 
 
 class StepStatus(StrEnum):
+    """A step's lifecycle: pending, scheduled (message sent), running, then an outcome."""
+
     PENDING = "pending"
     SCHEDULED = "scheduled"
     RUNNING = "running"
@@ -40,6 +45,8 @@ class StepStatus(StrEnum):
 
 
 class StepKind(StrEnum):
+    """What a step is: a task for a worker, or something a pass resolves itself."""
+
     TASK = "task"  # a Celery task run by a worker under a lease
     SLEEP = "sleep"  # a durable timer, resolved by an orchestration pass
     CHILD = "child"  # parked (NULL lease) until its child run ends
@@ -48,6 +55,8 @@ class StepKind(StrEnum):
 
 
 class AttemptStatus(StrEnum):
+    """How one attempt of a step ended (or that it is still running)."""
+
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -64,11 +73,14 @@ def step_id_for(run_id: str, step_name: str) -> str:
 
 
 def ms_to_datetime(ms: int | None) -> datetime | None:
+    """Epoch milliseconds (the store's clock) as an aware UTC datetime."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 @dataclass(frozen=True)
 class RunState:
+    """A run as stored: status, input, output or error, and the sweep's bookkeeping."""
+
     id: str
     workflow: str
     status: RunStatus
@@ -89,6 +101,8 @@ class RunState:
 
 @dataclass(frozen=True)
 class StepState:
+    """A step as stored; ``attempt`` is its fencing token."""
+
     id: str
     run_id: str
     name: str
@@ -127,6 +141,8 @@ class StepState:
 
 @dataclass(frozen=True)
 class AttemptState:
+    """One attempt of a step: who ran it, when, and how it ended."""
+
     step_id: str
     attempt: int
     status: AttemptStatus
@@ -139,6 +155,8 @@ class AttemptState:
 
 @dataclass(frozen=True)
 class NewRun:
+    """A run to create; the id is made here so a caller can know it in advance."""
+
     workflow: str
     input: JSON
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -219,6 +237,8 @@ class RunView:
 
 @dataclass(frozen=True)
 class AdvanceResult:
+    """What an orchestration pass did: the run after it and the steps to publish."""
+
     run: RunState  # after the pass
     steps: list[StepState]  # steps inserted or re-dispatched by the pass: publish these
     decision: Decision | None  # None when the run was already settled

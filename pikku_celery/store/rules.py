@@ -66,6 +66,8 @@ class EncodedStep:
 
 @dataclass(frozen=True)
 class EncodedResolution:
+    """A step resolution with its result or error already serialised."""
+
     resolution: StepResolution
     result: str | None
     error: str | None

@@ -353,6 +353,7 @@ class SQLWorkflowStore:
 
     @property
     def engine(self) -> sa.Engine:
+        """The SQLAlchemy engine the store writes through."""
         return self._engine
 
     @contextmanager
@@ -404,6 +405,7 @@ class SQLWorkflowStore:
             raise StoreError(f"a workflow run with id {new.id!r} already exists") from None
 
     def get_run(self, run_id: str) -> RunState | None:
+        """The run, or None if there is no run with that id."""
         with self._one() as conn:
             row = conn.execute(self._st.run_get, {"p_id": run_id}).first()
         return None if row is None else _run_from(row)
@@ -483,6 +485,7 @@ class SQLWorkflowStore:
             return [_step_from(r) for r in conn.execute(self._st.steps_of_run, {"p_id": run_id})]
 
     def get_step(self, step_id: str) -> StepState | None:
+        """The step, or None if there is no step with that id."""
         with self._one() as conn:
             row = conn.execute(self._st.step_get, {"p_id": step_id}).first()
         return None if row is None else _step_from(row)

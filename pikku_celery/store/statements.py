@@ -634,6 +634,7 @@ def statements(dialect: Dialect) -> Statements:
 
 
 def dialect_of(engine: sa.Engine) -> Dialect:
+    """Which of the supported databases ``engine`` talks to; others are refused."""
     name = engine.dialect.name
     if name == "postgresql":
         return "postgresql"

@@ -48,7 +48,11 @@ def index(request: HttpRequest) -> HttpResponse:
             pending = start_on_commit(
                 fulfil_order, order.workflow_input(), idempotency_key=order.idempotency_key
             )
-        Order.objects.filter(pk=order.pk).update(run_id=pending.run_id)
+            # Also on commit, after the start (callbacks run in order): this block
+            # may be nested in an outer transaction (ATOMIC_REQUESTS, a caller's).
+            transaction.on_commit(
+                lambda: Order.objects.filter(pk=order.pk).update(run_id=pending.run_id)
+            )
         return redirect("order", pk=order.pk)
     orders = Order.objects.all()[:20]
     return render(request, "orders/index.html", {"form": form, "orders": orders})

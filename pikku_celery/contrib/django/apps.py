@@ -22,6 +22,7 @@ class PikkuCeleryConfig(AppConfig):
     verbose_name = "pikku-celery workflows"
 
     def ready(self) -> None:
+        """Register the settings check, so a bad ``PIKKU_CELERY`` shows at start-up."""
         checks.register(check_settings)
 
 

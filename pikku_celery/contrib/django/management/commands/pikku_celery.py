@@ -51,6 +51,7 @@ class PassThroughParser(CommandParser):
     def parse_args(
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
+        """Take Django's leading options; pass everything else to the CLI untouched."""
         ns = namespace or argparse.Namespace()
         for key, value in _DJANGO_DEFAULTS.items():
             if not hasattr(ns, key):

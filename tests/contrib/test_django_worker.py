@@ -1,0 +1,140 @@
+"""The example Django site end to end: start on commit, a real worker, the status page.
+
+A real ``celery worker`` (prefork, 2 processes) runs the shop on the embedded
+default (SQLite store, SQLite-file broker) under a scratch ``PIKKU_DEMO_HOME``.
+The site itself is driven with Django's test client in a subprocess
+(``tests/contrib/django_site_client.py``): its settings module cannot share
+this process with the settings ``test_django.py`` configures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from pikku_celery.db import create_sqlite_engine
+from pikku_celery.store.schema import run_table
+from tests.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``celery -A example_project.app worker`` in a process group of its own."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "example_project.app", "worker",
+                "-Q", "celery,shipping", "--pool", "prefork", "-c", "2",
+                "-n", "django-site@%h", "--loglevel", "INFO",
+                "--without-gossip", "--without-mingle", "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's whole process group: the main process and its pool."""
+    if worker.poll() is None:
+        os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait(10)
+
+
+def top_level_runs(home: Path) -> list[dict[str, Any]]:
+    """The shop store's top-level runs, read straight from its SQLite file."""
+    engine = create_sqlite_engine(f"sqlite:///{home / 'shop.db'}")
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(run_table.c.id, run_table.c.status, run_table.c.workflow).where(
+                    run_table.c.parent_run_id.is_(None)
+                )
+            )
+            return [dict(row._mapping) for row in rows]
+    finally:
+        engine.dispose()
+
+
+def test_the_site_starts_a_run_on_commit_only_and_a_real_worker_completes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [*os.environ]:
+        if name.startswith("PIKKU_DEMO_") or name == "DJANGO_SETTINGS_MODULE":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("PIKKU_DEMO_HOME", str(tmp_path))
+    env = dict(os.environ)
+    log = tmp_path / "worker.log"
+
+    def worker_log() -> str:
+        return log.read_text(errors="replace")[-4000:] if log.exists() else ""
+
+    worker = start_worker(env, log)
+    try:
+
+        def ready() -> bool:
+            if worker.poll() is not None:
+                raise AssertionError(f"the worker exited early:\n{worker_log()}")
+            return "ready." in worker_log()
+
+        wait_until(ready, timeout=60, interval=0.1)
+        site = subprocess.run(
+            [sys.executable, "-m", "tests.contrib.django_site_client"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        stop_worker(worker)
+
+    assert site.returncode == 0, f"{site.stderr[-4000:]}\n--- worker log\n{worker_log()}"
+    report = json.loads(site.stdout)
+    assert "error" not in report, f"{report['error']}\n--- worker log\n{worker_log()}"
+    assert report["runs_at_start"] == []
+
+    # Rolled back: the view answered as usual, but neither the order nor a run survived.
+    rolled_back = report["rolled_back"]
+    assert rolled_back["status_code"] == 302
+    assert rolled_back["orders_inside"] == 1
+    assert rolled_back["runs_inside"] == []
+    assert rolled_back["orders_after"] == 0
+    assert rolled_back["runs_after"] == []
+
+    # Committed: nothing started inside the transaction, exactly one run after it.
+    committed = report["committed"]
+    assert committed["status_code"] == 302
+    assert committed["location"] == f"/orders/{committed['order_pk']}/"
+    assert committed["runs_inside"] == []
+    assert committed["runs_after"] == [committed["order_run_id"]]
+
+    # The worker completed it, and the status page shows the outcome.
+    page = report["page"]
+    run_id = committed["order_run_id"]
+    assert f"<code>{run_id}</code>" in page
+    assert '<strong id="status">completed</strong>' in page
+    assert "shipped" in page  # the output: {'outcome': 'shipped', ...}
+    assert "refreshes every second" not in page  # a settled run stops refreshing
+    for step in ("charge", "cooling-off", "ship"):
+        assert f"<td>{step}</td>" in page
+    assert report["run"]["status"] == "completed"
+    assert report["run"]["output"]["outcome"] == "shipped"
+
+    # And the store itself, read from this process: one top-level run, completed.
+    assert top_level_runs(tmp_path) == [
+        {"id": run_id, "status": "completed", "workflow": "shop.fulfil_order"}
+    ]

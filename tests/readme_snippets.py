@@ -1,0 +1,306 @@
+"""Run README.md's ``python`` snippets for real; print what they did as JSON.
+
+    python -m tests.readme_snippets SCENARIO SCRATCH_DIR
+
+Run by ``tests/test_readme.py``, one process per scenario: the snippets make
+a Celery app that becomes the current app, define shared ``@app.task``s that
+every later app in the process would pick up, and (for Django) configure
+settings once per process. None of that may leak into the test session.
+
+The snippets run as written, in README order in one namespace (each section
+builds on the tutorial's ``app``, ``pikku`` and ``fulfil_order``), with only
+these changes, each checked to still apply: the broker becomes ``memory://``
+with an in-process Celery worker, the PostgreSQL URL an SQLite file, and the
+tutorial's 30 s cooling-off sleep 0.1 s. Names a snippet uses without
+defining (``ledger``, ``Order``, ``transaction``, a Flask ``app``,
+``current_user``) are provided the way a project would have them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+# The README's blocks, told apart by a line each contains.
+BLOCKS = {
+    "tutorial": "pikku = Pikku(app, database_url=",
+    "start": "run = fulfil_order.start(",
+    "transactional": "@transactional",
+    "django_settings": "PIKKU_CELERY = {",
+    "django_commit": "start_on_commit(",
+    "flask": "PikkuFlask(",
+}
+
+Namespace = dict[str, Any]
+
+
+def python_blocks(text: str) -> list[str]:
+    """The bodies of the text's fenced ``python`` code blocks, in order."""
+    return re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+
+
+def named_blocks(text: str) -> dict[str, str]:
+    """Each python block under its name in :data:`BLOCKS`; an unknown block is an error."""
+    named: dict[str, str] = {}
+    for block in python_blocks(text):
+        names = [name for name, marker in BLOCKS.items() if marker in block]
+        if len(names) != 1:
+            raise LookupError(
+                f"README block matches {names or 'no known snippet'}; teach "
+                f"tests/readme_snippets.py to run it:\n{block}"
+            )
+        named[names[0]] = block
+    return named
+
+
+def substitute(block: str, replacements: dict[str, str]) -> str:
+    """``block`` with each replacement made; one that no longer applies is an error."""
+    for old, new in replacements.items():
+        if old not in block:
+            raise LookupError(f"the README snippet no longer contains {old!r}")
+        block = block.replace(old, new)
+    return block
+
+
+def run_block(source: str, name: str, namespace: Namespace) -> None:
+    """Execute one snippet in ``namespace``; tracebacks point at ``README.md:<name>``."""
+    exec(compile(source, f"README.md:{name}", "exec"), namespace)
+
+
+def tutorial(blocks: dict[str, str], scratch: Path) -> Namespace:
+    """The five-minute tutorial's app, tasks and workflow, on memory:// and SQLite."""
+    source = substitute(
+        blocks["tutorial"],
+        {
+            '"redis://127.0.0.1:6379/0"': '"memory://"',
+            '"postgresql+psycopg://127.0.0.1/shop"': f'"sqlite:///{scratch / "shop.db"}"',
+            'ctx.sleep("cooling-off", 30)': 'ctx.sleep("cooling-off", 0.1)',
+        },
+    )
+    namespace: Namespace = {"__name__": "readme"}
+    run_block(source, "tutorial", namespace)
+    app = namespace["app"]
+    # The memory transport polls every second by default; the test has no time to lose.
+    app.conf.broker_transport_options = {
+        **app.conf.broker_transport_options,
+        "polling_interval": 0.01,
+    }
+    return namespace
+
+
+@contextmanager
+def worker(namespace: Namespace) -> Iterator[None]:
+    """Celery's in-process test worker on the tutorial's app, both of its queues."""
+    from celery.contrib.testing.worker import start_worker
+
+    with start_worker(
+        namespace["app"],
+        pool="solo",
+        perform_ping_check=False,
+        queues=("celery", "shipping"),
+        loglevel="WARNING",
+    ):
+        yield
+
+
+def run_report(handle: Any) -> dict[str, Any]:
+    """A run's status, output and step names."""
+    return {
+        "run_id": handle.run_id,
+        "status": str(handle.status()),
+        "output": handle.state().output,
+        "idempotency_key": handle.state().idempotency_key,
+        "steps": [history.step.name for history in handle.steps()],
+    }
+
+
+# --- scenarios ----------------------------------------------------------------
+
+
+def scenario_tutorial(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The tutorial, then starting a run and waiting for it, on a real worker."""
+    namespace = tutorial(blocks, scratch)
+    with worker(namespace):
+        run_block(blocks["start"], "start", namespace)  # run.wait(timeout=60) inside
+    run = namespace["run"]
+    return {"run": run_report(run), "output": run.wait(timeout=5)}
+
+
+def scenario_transactional(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """``book_ledger`` as a step: its insert commits with the step's outcome."""
+    import sqlalchemy as sa
+
+    namespace = tutorial(blocks, scratch)
+    pikku = namespace["pikku"]
+    ledger = sa.Table(
+        "ledger",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("order", sa.Integer, nullable=False),
+        sa.Column("cents", sa.Integer, nullable=False),
+    )
+    ledger.create(pikku.sql_engine)
+    namespace["ledger"] = ledger  # a table of the project's, in the store's database
+    run_block(blocks["transactional"], "transactional", namespace)
+    book_ledger = namespace["book_ledger"]
+
+    def book_order(ctx: Any, order: dict[str, Any]) -> Any:
+        return ctx.step("book", book_ledger, order["id"], order["cents"])
+
+    book = pikku.workflow(name="readme.book")(book_order)
+
+    with worker(namespace):
+        handle = book.start({"id": 7, "cents": 1999})
+        output = handle.wait(timeout=30)
+    with pikku.sql_engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(sa.select(ledger.c.order, ledger.c.cents))]
+    return {"run": run_report(handle), "output": output, "ledger": rows}
+
+
+def scenario_django(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The settings block as a project's settings; start_on_commit in a view's transaction."""
+    namespace = tutorial(blocks, scratch)
+    settings_ns: Namespace = {}
+    run_block(blocks["django_settings"], "django_settings", settings_ns)
+
+    # The project the settings name: proj/celery.py holding the Celery app.
+    proj_dir = scratch / "proj"
+    proj_dir.mkdir()
+    (proj_dir / "__init__.py").write_text("")
+    (proj_dir / "celery.py").write_text(
+        'from celery import Celery\n\napp = Celery("proj", broker="memory://")\n'
+    )
+    sys.path.insert(0, str(scratch))
+
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        SECRET_KEY="readme",
+        USE_TZ=True,
+        INSTALLED_APPS=[app for app in settings_ns["INSTALLED_APPS"] if app is not Ellipsis],
+        DATABASES={
+            "default": {
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": str(scratch / "django.db"),
+            }
+        },
+        PIKKU_CELERY=settings_ns["PIKKU_CELERY"],
+    )
+    django.setup()
+    from django.core import checks
+    from django.db import transaction
+
+    from pikku_celery.contrib.django import get_pikku
+
+    project_pikku: Any = get_pikku()
+    proj_celery = importlib.import_module("proj.celery")
+
+    report: dict[str, Any] = {
+        "checks": [str(message) for message in checks.run_checks()],
+        "pikku_app_is_proj_celery_app": project_pikku.app is proj_celery.app,
+        "pikku_database": str(project_pikku.sql_engine.url),
+        "sweep_interval": project_pikku.sweep_interval,
+    }
+
+    class Order:
+        """A stand-in for the project's model: ``objects.create(...)`` makes an order."""
+
+        created: list[SimpleNamespace] = []
+
+        class objects:
+            """The model's manager."""
+
+            @staticmethod
+            def create(*args: Any, **kwargs: Any) -> SimpleNamespace:
+                """A new order with the next id."""
+                order = SimpleNamespace(id=41 + len(Order.created), cents=1999)
+                Order.created.append(order)
+                return order
+
+    namespace.update(transaction=transaction, Order=Order)
+    pikku = namespace["pikku"]
+
+    class RolledBack(Exception):
+        """Leaves the caller's transaction by rolling it back."""
+
+    def runs() -> dict[str, str]:
+        """The store's runs, by idempotency key."""
+        return {str(r.idempotency_key): r.id for r in pikku.store.list_runs(limit=100)}
+
+    # Inside a caller's transaction that rolls back: nothing starts.
+    try:
+        with transaction.atomic():
+            run_block(blocks["django_commit"], "django_commit", namespace)
+            raise RolledBack
+    except RolledBack:
+        pass
+    report["rolled_back"] = {"order": Order.created[-1].id, "runs": sorted(runs())}
+    # As written (its own atomic block commits): the run starts at the commit.
+    with worker(namespace):
+        run_block(blocks["django_commit"], "django_commit", namespace)
+        order = Order.created[-1]
+        report["committed"] = {"order": order.id, "runs": sorted(runs())}
+        handle = pikku.handle(runs()[f"order-{order.id}"])
+        try:
+            report["output"] = handle.wait(timeout=30)
+        except Exception as exc:
+            report["output"] = f"{type(exc).__name__}: {exc}"
+    report["run"] = run_report(handle)
+    return report
+
+
+def scenario_flask(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The Flask block on a Flask app; its endpoints answered through the test client."""
+    from flask import Flask
+
+    namespace = tutorial(blocks, scratch)
+    user = SimpleNamespace(is_staff=True)
+    flask_ns: Namespace = {**namespace, "app": Flask("readme"), "current_user": user}
+    run_block(blocks["flask"], "flask", flask_ns)
+    client = flask_ns["app"].test_client()
+    name = namespace["fulfil_order"].name
+    started = client.post(
+        f"/api/workflows/{name}/runs",
+        json={"input": {"id": 9, "cents": 500}, "idempotency_key": "order-9"},
+    )
+    run_id = started.get_json()["id"]
+    status = client.get(f"/api/runs/{run_id}")
+    user.is_staff = False
+    refused = client.get(f"/api/runs/{run_id}")
+    return {
+        "extension": type(flask_ns["ext"]).__name__,
+        "start": {"status_code": started.status_code, "json": started.get_json()},
+        "status": {"status_code": status.status_code, "json": status.get_json()},
+        "refused": {"status_code": refused.status_code, "json": refused.get_json()},
+    }
+
+
+SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
+    "tutorial": scenario_tutorial,
+    "transactional": scenario_transactional,
+    "django": scenario_django,
+    "flask": scenario_flask,
+}
+
+
+def main(argv: list[str]) -> None:
+    """Run one scenario against the README as it is now; print its report as JSON."""
+    scenario, scratch = argv
+    blocks = named_blocks(README.read_text())
+    report = SCENARIOS[scenario](blocks, Path(scratch))
+    print(json.dumps(report, default=str))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
