@@ -519,44 +519,51 @@ class InMemoryWorkflowStore:
         return parent.id
 
     # --- sweep ---------------------------------------------------------------
-    def lapsed_steps(self, limit: int) -> list[StepState]:
+    def _oldest_steps(
+        self, keep: Callable[[StepState, int], bool], age: Callable[[StepState], int], limit: int
+    ) -> list[StepState]:
+        """The sweep's scan: matching steps, oldest first, at most ``limit``."""
         with self._lock:
             now = self._clock()
-            found = [
-                s
-                for s in self._steps.values()
-                if s.status == StepStatus.RUNNING
+            found = [s for s in self._steps.values() if keep(s, now)]
+        found.sort(key=age)
+        return found[:limit]
+
+    def lapsed_steps(self, limit: int) -> list[StepState]:
+        return self._oldest_steps(
+            lambda s, now: (
+                s.status == StepStatus.RUNNING
                 and s.lease_expires_at is not None
                 and s.lease_expires_at <= now
-            ]
-        found.sort(key=lambda s: s.lease_expires_at or 0)
-        return found[:limit]
+            ),
+            lambda s: s.lease_expires_at or 0,
+            limit,
+        )
 
     def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
-        with self._lock:
-            cutoff = self._clock() - older_than_ms
-            found = [
-                s
-                for s in self._steps.values()
-                if s.kind == StepKind.TASK
+        def sent(s: StepState) -> int:
+            return s.scheduled_at if s.scheduled_at is not None else s.created_at
+
+        return self._oldest_steps(
+            lambda s, now: (
+                s.kind == StepKind.TASK
                 and s.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
-                and (s.scheduled_at if s.scheduled_at is not None else s.created_at) <= cutoff
-            ]
-        found.sort(key=lambda s: s.scheduled_at or s.created_at)
-        return found[:limit]
+                and sent(s) <= now - older_than_ms
+            ),
+            sent,
+            limit,
+        )
 
     def due_steps(self, limit: int) -> list[StepState]:
-        with self._lock:
-            now = self._clock()
-            found = [
-                s
-                for s in self._steps.values()
-                if s.status in (StepStatus.SCHEDULED, StepStatus.FAILED)
+        return self._oldest_steps(
+            lambda s, now: (
+                s.status in (StepStatus.SCHEDULED, StepStatus.FAILED)
                 and s.wake_at is not None
                 and s.wake_at <= now
-            ]
-        found.sort(key=lambda s: s.wake_at or 0)
-        return found[:limit]
+            ),
+            lambda s: s.wake_at or 0,
+            limit,
+        )
 
     def idle_runs(self, idle_ms: int, limit: int) -> list[RunState]:
         with self._lock:
