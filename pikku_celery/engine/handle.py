@@ -59,7 +59,7 @@ class RunHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         listener = getattr(self.engine.store, "settled_listener", None)
         if listener is not None:
-            with listener() as wait_settled:
+            with listener(self.run_id) as wait_settled:
                 if wait_settled is not None:
                     return self._wait_notified(wait_settled, deadline, timeout)
         delay = 0.001
@@ -88,7 +88,7 @@ class RunHandle:
                 raise WorkflowTimeoutError(
                     f"workflow run {self.run_id} still {run.status} after {timeout} s"
                 )
-            wait_settled(self.run_id, min(1.0, left))
+            wait_settled(min(1.0, left))
 
     def result(self) -> JSON:
         """The output of a settled run (raises like :meth:`wait` otherwise)."""

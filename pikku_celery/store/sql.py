@@ -62,6 +62,7 @@ from .rules import (
     lease_expired_error,
 )
 from .schema import STORE_TABLES
+from .settle import SETTLED_CHANNEL, SettleListener
 from .statements import Fenced, dialect_of, statements
 
 DEADLOCK_RETRIES = 5
@@ -312,9 +313,6 @@ def check_schema(engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES) -
         )
 
 
-SETTLED_CHANNEL = "pikku_run_settled"
-
-
 class SQLWorkflowStore:
     """A :class:`~pikku_celery.store.base.WorkflowStore` on a SQLAlchemy engine.
 
@@ -328,6 +326,7 @@ class SQLWorkflowStore:
 
     def __init__(self, engine: sa.Engine, *, create_tables: bool | None = None) -> None:
         self._engine = engine
+        self._settle: SettleListener | None = None
         self._dialect = dialect_of(engine)
         self._st = statements(self._dialect)
         # PostgreSQL: single statements run in autocommit, which saves the
@@ -657,33 +656,16 @@ class SQLWorkflowStore:
             pass  # waiters re-check the run's status at least every second
 
     @contextmanager
-    def settled_listener(self) -> Iterator[Callable[[str, float], None] | None]:
-        """On PostgreSQL, a function ``wait(run_id, timeout)`` that returns
-        when a pass settles that run (or the timeout passes); else None.
-
-        The LISTEN starts before the caller reads the run's status, so a
-        settle between the read and the wait is not missed.
-        """
+    def settled_listener(self, run_id: str) -> Iterator[Callable[[float], None] | None]:
+        """On PostgreSQL, ``wait(timeout)`` returning when a pass settles
+        ``run_id`` (registered before the caller reads its status); else None."""
         if self._dialect != "postgresql":
             yield None
             return
-        # A connection of its own, outside the pool: LISTEN needs autocommit,
-        # which must not leak into pooled connections.
-        import psycopg
-
-        cargs, ckwargs = self._engine.dialect.create_connect_args(self._engine.url)
-        listener = psycopg.connect(*cargs, **ckwargs, autocommit=True)
-        try:
-            listener.execute(f"LISTEN {SETTLED_CHANNEL}")
-
-            def wait(run_id: str, timeout: float) -> None:
-                for note in listener.notifies(timeout=timeout):
-                    if note.payload == run_id:
-                        return
-
+        if self._settle is None:
+            self._settle = SettleListener(self._engine)
+        with self._settle.watch(run_id) as wait:
             yield wait
-        finally:
-            listener.close()
 
     def _advance_optimistic(
         self, run_id: str, outcome: StepOutcome, decide: Decide
