@@ -42,6 +42,7 @@ class StepLeaseKeeper:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, StepHolding]] = []
         self._seq = itertools.count()
+        self._dropped = 0
         self._thread: threading.Thread | None = None
         self._pid = 0
 
@@ -49,16 +50,27 @@ class StepLeaseKeeper:
         """Start renewing the lease of a step's attempt; the first renewal is due at lease/2."""
         now = time.monotonic()
         holding = StepHolding(step_id, attempt, lease_ms, deadline=now + lease_ms / 1000)
+        entry = (now + lease_ms / 2000, next(self._seq), holding)
         with self._cond:
             self._ensure_thread()
-            heapq.heappush(self._heap, (now + lease_ms / 2000, next(self._seq), holding))
-            self._cond.notify()
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                # Only an earlier deadline needs the thread awake: otherwise it
+                # already sleeps until something due sooner.
+                self._cond.notify()
         return holding
 
     def drop(self, holding: StepHolding) -> None:
         """Stop renewing (the step's body ended); cheap, so a short step costs no write."""
-        # Lazy removal: the thread skips dropped holdings when they come due.
+        # Lazy removal: the thread skips dropped holdings when they come due;
+        # with long leases they would pile up, so compact once they dominate.
         holding.dropped = True
+        with self._cond:
+            self._dropped += 1
+            if self._dropped > 64 and self._dropped * 2 > len(self._heap):
+                self._heap = [e for e in self._heap if not e[2].dropped]
+                heapq.heapify(self._heap)
+                self._dropped = 0
 
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
@@ -78,6 +90,8 @@ class StepLeaseKeeper:
                     self._cond.wait(wait)
                     continue
                 heapq.heappop(self._heap)
+                if holding.dropped:
+                    self._dropped = max(0, self._dropped - 1)
             if holding.dropped:
                 continue
             next_due = self._renew(holding)
