@@ -178,7 +178,11 @@ class Pikku(WorkflowEngine):
         schedule[BEAT_ENTRY] = {
             "task": SWEEP,
             "schedule": self.sweep_interval,
-            "options": {"expires": self.sweep_interval, "serializer": "json"},
+            # No expires: an expiry is an absolute time on beat's clock, and a
+            # worker whose clock runs ahead would discard every sweep. Sweeps
+            # that pile up while no worker runs are harmless: each holds the
+            # sweep lease, so they run one at a time and find little to do.
+            "options": {"serializer": "json"},
         }
         self.app.conf.beat_schedule = schedule
 
