@@ -55,6 +55,7 @@ class WorkflowEngine:
         message_grace: float = 30.0,
         idle_after: float = 60.0,
         max_input_bytes: int = 1_000_000,
+        outcome_retry: float = 60.0,
     ) -> None:
         self.store = store
         self.leases = leases
@@ -69,6 +70,7 @@ class WorkflowEngine:
         self.message_grace = message_grace
         self.idle_after = idle_after
         self.max_input_bytes = max_input_bytes
+        self.outcome_retry = outcome_retry
         self._warned_queues: set[str | None] = set()
         self._warn_lock = threading.Lock()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ from ..errors import (
     WorkflowStepSupersededError,
 )
 from ..payload import check_json
-from ..store.model import JSON, StepOutcome, StepState, StepStatus
+from ..store.model import JSON, AdvanceResult, StepOutcome, StepState, StepStatus
 from .orchestrate import advance
 from .replay import error_info
 from .transactional import is_transactional, run_with_connection
@@ -68,19 +69,40 @@ def execute_step(
         return None
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms)
     try:
-        if _wants_transaction(body, step):
-            outcome, committed = _run_in_transaction(engine, step, body)
-        else:
-            outcome, committed = _run_body(step, body), False
-    except WorkflowStepSupersededError as exc:
-        log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
-        return None
+        try:
+            if _wants_transaction(body, step):
+                outcome, committed = _run_in_transaction(engine, step, body)
+            else:
+                outcome, committed = _run_body(step, body), False
+        except WorkflowStepSupersededError as exc:
+            log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
+            return None
+        # The lease is still renewed while the outcome is written, so a store
+        # that is briefly away (a restart) does not cost the attempt.
+        # A committed transactional step is already recorded: the pass only advances.
+        done = _advance_retrying(engine, run_id, None if committed else outcome)
     finally:
         engine.keeper.drop(holding)
-    # A committed transactional step is already recorded: the pass only advances.
-    if advance(engine, run_id, None if committed else outcome, reason="step") is None:
-        return None
-    return outcome
+    return None if done is None else outcome
+
+
+def _advance_retrying(
+    engine: WorkflowEngine, run_id: str, outcome: StepOutcome | None
+) -> AdvanceResult | None:
+    """Write the outcome, waiting out a store outage of up to ``outcome_retry``
+    seconds: the work is done, and losing its outcome would spend an attempt."""
+    deadline = time.monotonic() + engine.outcome_retry
+    pause = 0.1
+    while True:
+        try:
+            return advance(engine, run_id, outcome, reason="step")
+        except Exception as exc:
+            transient = getattr(engine.store, "is_transient", None)
+            if not (callable(transient) and transient(exc)) or time.monotonic() >= deadline:
+                raise
+            log.warning("store unavailable while recording step outcome; retrying: %s", exc)
+            time.sleep(pause)  # the worker has nothing else to do for this step
+            pause = min(pause * 2, 2.0)
 
 
 def _wants_transaction(body: StepBody, step: StepState) -> bool:

@@ -111,6 +111,8 @@ class StepLeaseKeeper:
                 return None
             log.info("renewing step %s failed, retrying: %s", holding.step_id, exc)
             return time.monotonic() + min(half / 2, max(0.05, holding.deadline - time.monotonic()))
+        if not ok and holding.dropped:
+            return None  # the outcome was written meanwhile: nothing was lost
         if not ok:
             log.warning(
                 "step %s attempt %d lost its lease: another attempt owns it",

@@ -350,6 +350,13 @@ class SQLWorkflowStore:
                 f"cannot reach the workflow database {hidden_url(engine.url)}: {first}"
             ) from None
 
+    def is_transient(self, exc: BaseException) -> bool:
+        """A lost connection or a database restarting: worth a retry."""
+        return isinstance(exc, sa.exc.DBAPIError) and (
+            exc.connection_invalidated
+            or isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError))
+        )
+
     @property
     def engine(self) -> sa.Engine:
         """The SQLAlchemy engine the store writes through."""

@@ -11,7 +11,13 @@ import pytest
 from pikku_celery.engine import Context
 from pikku_celery.engine.keeper import StepHolding
 from pikku_celery.errors import WorkflowFailedError
-from pikku_celery.store import AttemptStatus, RunStatus, StepStatus, WorkflowStore
+from pikku_celery.store import (
+    AttemptStatus,
+    InMemoryWorkflowStore,
+    RunStatus,
+    StepStatus,
+    WorkflowStore,
+)
 from pikku_celery.testing import InlineDispatcher
 from tests.helpers import wait_until
 
@@ -245,3 +251,64 @@ def test_overlapping_sweeps_do_not_double_the_work(store: WorkflowStore) -> None
     assert sum(r.resent for r in reports) == 3
     h.run()
     assert [r.wait(timeout=5) for r in runs] == [None, None, None]
+
+
+class _Outage(Exception):
+    """Stands for a lost database connection."""
+
+
+class _FlakyStore(InMemoryWorkflowStore):
+    """Fails the next few passes that carry an outcome, as a restarting database would."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, _Outage)
+
+    def advance(self, run_id: str, outcome: Any, decide: Any) -> Any:
+        if outcome is not None and self.failures > 0:
+            self.failures -= 1
+            raise _Outage("connection lost")
+        return super().advance(run_id, outcome, decide)
+
+
+def test_a_finished_attempt_waits_out_a_store_outage_instead_of_losing_its_outcome() -> None:
+    store = _FlakyStore(failures=3)
+    h = _harness(store)
+
+    @h.task
+    def work() -> str:
+        h.count("work")
+        return "done"
+
+    @h.workflow
+    def wf(ctx: Context) -> Any:
+        return ctx.step("work", work)  # no retries: a lost outcome would fail the run
+
+    run = wf.start()
+    h.run()
+    assert run.wait(timeout=5) == "done"
+    assert store.failures == 0
+    assert h.calls["work"] == 1  # the body ran once; only the write was retried
+    (hist,) = run.steps()
+    assert [a.status for a in hist.attempts] == [AttemptStatus.SUCCEEDED]
+
+
+def test_a_lasting_outage_gives_up_after_outcome_retry() -> None:
+    store = _FlakyStore(failures=1000)
+    h = _harness(store)
+    h.engine.outcome_retry = 0.3
+
+    @h.task
+    def work() -> str:
+        return "done"
+
+    @h.workflow
+    def wf(ctx: Context) -> Any:
+        return ctx.step("work", work)
+
+    wf.start()
+    with pytest.raises(_Outage):
+        h.run()
