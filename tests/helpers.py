@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -19,3 +19,21 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+def memory_broker_config(default_queue: str | None = None) -> dict[str, Any]:
+    """Celery settings for the in-process test worker on the memory broker.
+
+    Fast polling keeps each hop short; ``accept_content`` stays Celery's
+    default (JSON only).
+    """
+    config: dict[str, Any] = {
+        "broker_url": "memory://",
+        "broker_transport_options": {"polling_interval": 0.01},
+        "result_backend": "cache+memory://",
+        "task_queues": None,
+        "task_create_missing_queues": True,
+    }
+    if default_queue is not None:
+        config["task_default_queue"] = default_queue
+    return config

@@ -10,19 +10,14 @@ from celery import Celery
 
 from pikku_celery import Pikku
 from pikku_celery.store import AttemptStatus, InMemoryWorkflowStore
+from tests.helpers import memory_broker_config
 
 from . import shop
 
 
 @pytest.fixture
 def celery_config() -> dict[str, Any]:
-    return {
-        "broker_url": "memory://",
-        "broker_transport_options": {"polling_interval": 0.01},
-        "result_backend": "cache+memory://",
-        "task_queues": None,
-        "task_create_missing_queues": True,
-    }
+    return memory_broker_config()
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ from pikku_celery.store.model import StepState, StepStatus
 from pikku_celery.store.schema import metadata
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.testing import InlineDispatcher, make_engine
-from tests.helpers import wait_until
+from tests.helpers import memory_broker_config, wait_until
 from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
 
 SECRET = "s3cr3t"
@@ -64,15 +64,7 @@ QUEUE = f"pikku-bad-input-{uuid.uuid4().hex[:8]}"
 
 @pytest.fixture
 def celery_config() -> dict[str, Any]:
-    # accept_content is left alone: Celery's default, JSON only.
-    return {
-        "broker_url": "memory://",
-        "broker_transport_options": {"polling_interval": 0.01},
-        "result_backend": "cache+memory://",
-        "task_default_queue": QUEUE,
-        "task_queues": None,
-        "task_create_missing_queues": True,
-    }
+    return memory_broker_config(QUEUE)
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from pikku_celery.store.model import StepState, StepStatus
 from pikku_celery.store.schema import STORE_TABLES, metadata
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.testing import InlineDispatcher, make_engine
-from tests.helpers import wait_until
+from tests.helpers import memory_broker_config, wait_until
 from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
 
 SECRET = "s3cr3t"
@@ -104,14 +104,7 @@ def test_an_app_that_accepts_pickle_is_warned(caplog: pytest.LogCaptureFixture) 
 
 @pytest.fixture
 def celery_config() -> dict[str, Any]:
-    return {
-        "broker_url": "memory://",
-        "broker_transport_options": {"polling_interval": 0.01},
-        "result_backend": "cache+memory://",
-        "task_default_queue": QUEUE,
-        "task_queues": None,
-        "task_create_missing_queues": True,
-    }
+    return memory_broker_config(QUEUE)
 
 
 @pytest.fixture
