@@ -20,9 +20,11 @@ connection costs one failed call (the pool replaces it), never a wedged store.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
@@ -313,6 +315,30 @@ def check_schema(engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES) -
         )
 
 
+CLAIM_VIEWS_KEPT = 1024
+CLAIM_VIEW_MARGIN_MS = 250
+
+
+@dataclass(frozen=True)
+class _ClaimView:
+    """The run as a PostgreSQL claim read it, for that attempt's pass."""
+
+    run: RunState
+    steps: list[StepState]
+    db_now: int
+    has_signals: bool
+    read_at: float  # time.monotonic() of the claim
+    lease_expires_at: int  # of the claimed attempt, as granted
+
+    def now(self) -> int:
+        return self.db_now + int((time.monotonic() - self.read_at) * 1000)
+
+    def still_ours(self, run_id: str) -> bool:
+        """Usable while the claim's first lease is surely live: until then no
+        other attempt can have taken the step, so the view's fence holds."""
+        return self.run.id == run_id and self.now() + CLAIM_VIEW_MARGIN_MS < self.lease_expires_at
+
+
 class SQLWorkflowStore:
     """A :class:`~pikku_celery.store.base.WorkflowStore` on a SQLAlchemy engine.
 
@@ -327,6 +353,7 @@ class SQLWorkflowStore:
     def __init__(self, engine: sa.Engine, *, create_tables: bool | None = None) -> None:
         self._engine = engine
         self._settle: SettleListener | None = None
+        self._claim_views: dict[tuple[str, int], _ClaimView] = {}
         self._dialect = dialect_of(engine)
         self._st = statements(self._dialect)
         # PostgreSQL: single statements run in autocommit, which saves the
@@ -507,9 +534,13 @@ class SQLWorkflowStore:
         st = self._st
         params = {"p_id": step_id, "p_task": task_name, "p_worker": worker, "p_lease_ms": lease_ms}
         with self._one() as conn:
-            if st.pg_claim is not None:
-                # One statement: the guarded update, the new attempt row, and
-                # the superseded mark of a lapsed attempt's row.
+            if st.pg_claim_view is not None:
+                # One statement: the guarded update, the new attempt row, the
+                # superseded mark of a lapsed attempt's row, and the run as its
+                # pass will need it (kept for that pass: it skips its read).
+                rows = conn.execute(st.pg_claim_view, params).all()
+                row = self._keep_claim_view(rows) if rows else None
+            elif st.pg_claim is not None:
                 row = conn.execute(st.pg_claim, params).first()
             elif self._dialect == "sqlite":
                 row = conn.execute(st.claim_returning, params).first()
@@ -537,6 +568,27 @@ class SQLWorkflowStore:
                 if step.attempt > 1:
                     conn.execute(st.supersede, {"p_id": step.id, "p_attempt": step.attempt - 1})
             return step
+
+    def _keep_claim_view(self, rows: Sequence[Any]) -> Any:
+        """Remember the run as read by a PostgreSQL claim, for that attempt's pass."""
+        head = rows[0]
+        claimed = SimpleNamespace(
+            **{k[2:]: v for k, v in head._mapping.items() if k.startswith("c_")}
+        )
+        step = _step_from(claimed)
+        steps = [step if r.id == step.id else _step_from(r) for r in rows if r.id is not None]
+        views = self._claim_views
+        if len(views) >= CLAIM_VIEWS_KEPT:  # bodies that never came back
+            views.pop(next(iter(views)), None)
+        views[(step.id, step.attempt)] = _ClaimView(
+            _run_from(head, "r_"),
+            steps,
+            int(head.db_now),
+            bool(head.has_signals),
+            time.monotonic(),
+            int(step.lease_expires_at or 0),
+        )
+        return claimed
 
     def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
         params = {"p_id": step_id, "p_attempt": attempt, "p_lease_ms": lease_ms}
@@ -690,18 +742,26 @@ class SQLWorkflowStore:
         st = self._st
         assert st.pg_view is not None
         with self._one() as conn:
-            rows = conn.execute(st.pg_view, {"p_id": run_id}).all()
-            if not rows:
-                raise RunNotFoundError(f"no workflow run {run_id!r}")
-            head = rows[0]
-            run = _run_from(head, "r_")
+            kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
+            if kept is not None and kept.still_ours(run_id):
+                # Read at claim time; "now" moves on by this process's
+                # monotonic clock, anchored on the database's.
+                run, steps, has_signals = kept.run, kept.steps, kept.has_signals
+                now = kept.now()
+            else:
+                rows = conn.execute(st.pg_view, {"p_id": run_id}).all()
+                if not rows:
+                    raise RunNotFoundError(f"no workflow run {run_id!r}")
+                head = rows[0]
+                run = _run_from(head, "r_")
+                now = int(head.db_now)
+                steps = [_step_from(r) for r in rows if r.id is not None]
+                has_signals = bool(head.has_signals)
             if run.status.terminal:
                 return None
-            now = int(head.db_now)
-            steps = [_step_from(r) for r in rows if r.id is not None]
             prepared = _prepare_outcome(steps, outcome, now)
             signals: dict[str, JSON] = {}
-            if head.has_signals:
+            if has_signals:
                 for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
                     signals[name] = loads(payload)
             view = RunView(run=run, steps=prepared.steps, signals=signals, now=now)

@@ -303,6 +303,7 @@ class Statements:
             .values(status=AttemptStatus.SUPERSEDED.value)
         )
         self.pg_claim: sa.Select[Any] | None = None
+        self.pg_claim_view: sa.Select[Any] | None = None
         if dialect == "postgresql":
             claimed = self.claim_returning.cte("claimed")
             superseded = (
@@ -333,6 +334,34 @@ class Statements:
                 .cte("recorded")
             )
             self.pg_claim = sa.select(claimed).add_cte(superseded, recorded)
+            # The claim that also reads what the step's pass will need: the
+            # run (version, status...) and its recorded steps, as of before the
+            # claim (the claimed step's new state comes in the c_ columns).
+            # The pass then skips its own read; its version check still guards
+            # against anything that happened in between.
+            claim_head = (
+                sa.select(
+                    *[c.label(f"r_{c.name}") for c in R.c],
+                    now.label("db_now"),
+                    sa.exists().where(G.c.run_id == R.c.id).label("has_signals"),
+                )
+                .where(R.c.id == claimed.c.run_id)
+                .subquery("claim_head")
+            )
+            self.pg_claim_view = (
+                sa.select(
+                    *[c.label(f"c_{c.name}") for c in claimed.c],
+                    claim_head,
+                    S,
+                )
+                .select_from(
+                    claimed.join(claim_head, sa.true()).outerjoin(
+                        S, S.c.run_id == claim_head.c.r_id
+                    )
+                )
+                .order_by(S.c.seq)
+                .add_cte(superseded, recorded)
+            )
 
         # Rule 3: renewal is fenced and never revives a lapsed lease.
         renewable = (

@@ -119,8 +119,9 @@ def one_connection(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
     engine.dispose()
 
 
-def test_a_sequential_step_costs_three_round_trips(one_connection: SQLWorkflowStore) -> None:
-    """claim: 1; complete + replay read + next step + run update: 2."""
+def test_a_sequential_step_costs_two_round_trips(one_connection: SQLWorkflowStore) -> None:
+    """claim + the run's view: 1; complete + next step + run update: 1 (the
+    pass reuses what the claim read)."""
     store = one_connection
     run, [step] = make_tasks(store, 1)
     engine = store.engine
@@ -131,7 +132,7 @@ def test_a_sequential_step_costs_three_round_trips(one_connection: SQLWorkflowSt
     )
     outcome = StepOutcome(step.id, 1, ok=True, result={"r": 1})
     decide = lambda view: Decision(new_steps=[task("next", 1)])  # noqa: E731
-    assert _round_trips(engine, lambda: store.advance(run.id, outcome, decide)) == 2
+    assert _round_trips(engine, lambda: store.advance(run.id, outcome, decide)) == 1
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "next"]
     nxt = store.get_steps(run.id)[1]
     assert _round_trips(engine, lambda: store.claim_step(nxt.id, TASK, "w", 60_000)) == 1
