@@ -74,6 +74,9 @@ class Pikku(WorkflowEngine):
                 from ..lease.memory import InMemoryLeaseService
 
                 lease_service = InMemoryLeaseService()
+        # A worker killed mid-sweep holds the sweep lease until it lapses; the
+        # lease is renewed while a sweep runs, so it can be short.
+        options.setdefault("sweep_lease_ttl", max(5.0, 2 * sweep_interval))
         self.queue_leases = QueueLeases(app, queue_leases, default_lease)
         dispatcher = CeleryDispatcher(app, self.queue_leases, orchestration_queue)
         super().__init__(

@@ -80,6 +80,9 @@ def build(env: Mapping[str, str]) -> TestApp:
         database,
         sweep_interval=sweep,
         sweep_backoff=0.5,
+        # A worker SIGKILLed mid-sweep holds the sweep lease until it lapses:
+        # keep that shorter than the takeover bound the tests assert.
+        sweep_lease_ttl=1.0,
         message_grace=3.0,
         idle_after=3.0,
         queue_leases={default_queue: visibility, shipping_queue: visibility} if amqp else None,
