@@ -201,20 +201,13 @@ def run_summary(run: RunState, now: int) -> dict[str, Any]:
 def run_detail(run: RunState, now: int) -> dict[str, Any]:
     """The run for ``runs show --json``, without its steps."""
     return {
-        "id": run.id,
-        "workflow": run.workflow,
-        "status": run.status.value,
-        "created_at": iso(run.created_at),
-        "updated_at": iso(run.updated_at),
-        "duration_s": seconds(run_duration_ms(run, now)),
-        "cancel_requested": run.cancel_requested,
+        **run_summary(run, now),
         "idempotency_key": run.idempotency_key,
-        "parent_run_id": run.parent_run_id,
         "parent_step_id": run.parent_step_id,
         "wake_at": iso(run.wake_at),
         "input": run.input,
         "output": run.output,
-        "error": run.error,
+        "error": run.error,  # whole, where the listing shows one line
     }
 
 

@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.engine import WorkflowEngine
+from pikku_celery.engine.keeper import StepHolding
 from pikku_celery.store import InMemoryWorkflowStore, WorkflowStore
 from pikku_celery.testing import InlineDispatcher, make_engine
 
@@ -61,3 +62,18 @@ def h(store: WorkflowStore) -> Harness:
 def make_harness(store: WorkflowStore, **options: Any) -> Harness:
     engine, dispatcher = make_engine(store, **options)
     return Harness(engine, dispatcher)
+
+
+def kill_renewals(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attempts get no lease renewal: as if the renewing thread were killed."""
+    monkeypatch.setattr(
+        h.engine.keeper,
+        "hold",
+        lambda step_id, attempt, lease_ms: StepHolding(step_id, attempt, lease_ms),
+    )
+
+
+def lease_lapsed(h: Harness, step_id: str) -> bool:
+    step = h.engine.store.get_step(step_id)
+    now = h.engine.store.now_ms()
+    return bool(step and step.lease_expires_at is not None and step.lease_expires_at <= now)

@@ -21,7 +21,7 @@ from pikku_celery.store import (
 from pikku_celery.testing import InlineDispatcher
 from tests.helpers import wait_until
 
-from .conftest import Harness
+from .conftest import Harness, kill_renewals, lease_lapsed
 
 LEASE_MS = 300
 
@@ -37,21 +37,6 @@ def make_harness_with(store: WorkflowStore, dispatcher: InlineDispatcher) -> Har
         store, dispatcher, sweep_backoff=0.0, idle_after=0.0, message_grace=0.0
     )
     return Harness(engine, dispatcher)
-
-
-def _kill_renewals(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Attempts get no lease renewal: as if the renewing thread were killed."""
-    monkeypatch.setattr(
-        h.engine.keeper,
-        "hold",
-        lambda step_id, attempt, lease_ms: StepHolding(step_id, attempt, lease_ms),
-    )
-
-
-def _lapsed(h: Harness, step_id: str) -> bool:
-    step = h.engine.store.get_step(step_id)
-    now = h.engine.store.now_ms()
-    return bool(step and step.lease_expires_at is not None and step.lease_expires_at <= now)
 
 
 def test_a_dead_attempt_is_taken_over_and_its_late_result_refused(
@@ -71,7 +56,7 @@ def test_a_dead_attempt_is_taken_over_and_its_late_result_refused(
     def wf(ctx: Context) -> Any:
         return ctx.step("work", work, retries=2)
 
-    _kill_renewals(h, monkeypatch)
+    kill_renewals(h, monkeypatch)
     run = wf.start()
     (msg,) = h.dispatcher.messages
     h.dispatcher.messages.clear()
@@ -81,7 +66,7 @@ def test_a_dead_attempt_is_taken_over_and_its_late_result_refused(
     try:
         wait_until(lambda: h.calls.get("work") == 1)
         step_id = run.steps()[0].step.id
-        wait_until(lambda: _lapsed(h, step_id), timeout=5)
+        wait_until(lambda: lease_lapsed(h, step_id), timeout=5)
         report = h.engine.sweep()
         assert report.requeued_lapsed == 1
         h.run()
@@ -111,7 +96,7 @@ def test_a_step_whose_worker_dies_on_every_attempt_fails_for_good(
     def wf(ctx: Context) -> Any:
         return ctx.step("hang", hang, retries=1)
 
-    _kill_renewals(h, monkeypatch)
+    kill_renewals(h, monkeypatch)
     run = wf.start()
     step_id = run.steps()[0].step.id
     workers: list[threading.Thread] = []
@@ -123,7 +108,7 @@ def test_a_step_whose_worker_dies_on_every_attempt_fails_for_good(
             t.start()
             workers.append(t)
             wait_until(lambda a=attempt: h.calls.get("hang") == a)
-            wait_until(lambda: _lapsed(h, step_id), timeout=5)
+            wait_until(lambda: lease_lapsed(h, step_id), timeout=5)
             h.engine.sweep()
         assert h.dispatcher.messages and all(m.kind == "run" for m in h.dispatcher.messages)
         h.run()

@@ -11,7 +11,6 @@ import sqlalchemy as sa
 
 from pikku_celery import step_connection, transactional
 from pikku_celery.engine import Context
-from pikku_celery.engine.keeper import StepHolding
 from pikku_celery.errors import PikkuError, WorkflowFailedError
 from pikku_celery.store import AttemptStatus, InMemoryWorkflowStore, WorkflowStore
 from pikku_celery.store.schema import metadata
@@ -19,7 +18,7 @@ from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.testing import InlineDispatcher, make_engine
 from tests.helpers import wait_until
 
-from .conftest import Harness
+from .conftest import Harness, kill_renewals, lease_lapsed
 
 ledger = sa.Table(
     "test_tx_ledger",
@@ -119,7 +118,7 @@ def test_a_superseded_attempt_reaching_commit_is_refused_and_rolled_back(
         return ctx.step("book", book, ctx.run_id, retries=2)
 
     # No renewals: attempt 1's lease lapses while its transaction is open.
-    monkeypatch.setattr(h.engine.keeper, "hold", lambda s, a, ms: StepHolding(s, a, ms))
+    kill_renewals(h, monkeypatch)
     run = wf.start()
     (msg,) = h.dispatcher.messages
     h.dispatcher.messages.clear()
@@ -129,14 +128,7 @@ def test_a_superseded_attempt_reaching_commit_is_refused_and_rolled_back(
     try:
         wait_until(lambda: h.calls.get("book") == 1)
         step_id = run.steps()[0].step.id
-
-        def lapsed() -> bool:
-            step = sql_store.get_step(step_id)
-            return bool(
-                step and step.lease_expires_at and step.lease_expires_at <= sql_store.now_ms()
-            )
-
-        wait_until(lapsed, timeout=5)
+        wait_until(lambda: lease_lapsed(h, step_id), timeout=5)
         h.engine.sweep()
         h.run()
         assert run.wait(timeout=5) == "booked by call 2"
