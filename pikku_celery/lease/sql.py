@@ -18,7 +18,10 @@ rows, depending on a client flag), so the row itself says who won.
 
 On PostgreSQL single statements run in autocommit (no BEGIN/COMMIT round
 trips) and a release commits without waiting for the WAL flush (see
-``_build_statements`` for why that is safe).
+``_build_statements`` for why that is safe). With psycopg, the four
+operations skip SQLAlchemy's execution machinery and psycopg's cursor and run
+as prepared statements straight on libpq (``_pg.py`` says why); errors are
+raised as the same SQLAlchemy exceptions.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
@@ -36,6 +39,11 @@ from ..db import now_ms_expr
 from ..store.schema import lease_table
 from .base import TTL, Lease, ttl_millis
 
+if TYPE_CHECKING:
+    from psycopg import pq
+
+    from ._pg import PgConnection, PgStatement
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _T = TypeVar("_T")
 
@@ -43,6 +51,10 @@ _T = TypeVar("_T")
 # and may simply be run again: deadlock victim, lock wait timeout.
 _MYSQL_RETRYABLE = frozenset({1213, 1205})
 _MYSQL_ATTEMPTS = 5
+
+# Where the fast path keeps its per-connection state: in the pool's info dict
+# of the DBAPI connection, which SQLAlchemy clears when it reconnects.
+_PG_STATE = "pikku_lease_pg"
 
 
 def _to_datetime(ms: int) -> datetime:
@@ -109,6 +121,9 @@ class SQLLeaseService:
         # Single statements on PostgreSQL need no transaction of their own.
         self._pg_single = autocommit and use_returning is not False
         self._build_statements()
+        self._pg: _PgStatements | None = None
+        if self._pg_single and bind.dialect.driver == "psycopg":
+            self._pg = _PgStatements(self)
 
     # -- statements, built once ------------------------------------------------
 
@@ -251,11 +266,73 @@ class SQLLeaseService:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # -- the PostgreSQL fast path ----------------------------------------------
+
+    def _pg_run(self, stmt: PgStatement, params: dict[str, Any]) -> pq.abc.PGresult | None:
+        """Run one statement straight on libpq (see ``_pg.py``).
+
+        None: this call takes the general path instead (a value libpq cannot
+        take as text, execution event listeners to fire or ``echo`` on, a
+        transaction left open on the connection).
+        """
+        if self._conn is None:
+            # No isolation level to set: libpq sends no BEGIN of its own.
+            with self._engine.connect() as conn:
+                return self._pg_on(conn, stmt, params)
+        with self._lock:
+            conn = self._conn
+            if conn.invalidated:
+                # Reconnect as _begin does, so the connection is in autocommit
+                # for the general path too.
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+            return self._pg_on(conn, stmt, params)
+
+    def _pg_on(
+        self, conn: sa.Connection, stmt: PgStatement, params: dict[str, Any]
+    ) -> pq.abc.PGresult | None:
+        if conn._has_events or self._engine._has_events or conn._echo:
+            # Tracing or SQL logging: SQLAlchemy fires the events and logs.
+            return None
+        assert self._pg is not None
+        fairy = conn.connection
+        try:
+            state: PgConnection | None = fairy.info.get(_PG_STATE)
+            driver = fairy.driver_connection
+            if state is None or state.driver is not driver:
+                state = fairy.info[_PG_STATE] = self._pg.connection(driver)  # type: ignore[arg-type]
+            if not state.usable():
+                return None
+            values = state.encode(params, stmt)
+            if values is None:
+                return None
+            return state.execute(stmt, values)
+        except self._pg.driver_error as err:
+            # What SQLAlchemy does with a driver error outside an execution
+            # context: the same exception types, the connection (and on a
+            # disconnect the pool) invalidated, handle_error events fired.
+            conn._handle_dbapi_exception(err, stmt.sql, params, None, None)
+        except BaseException as err:
+            # Not the database's: an exception from a signal handler (Ctrl-C,
+            # Celery's soft time limit) while the statement ran. It propagates
+            # as it is, and the connection, whose line is now in an unknown
+            # state, is dropped.
+            if not conn.invalidated:
+                conn.invalidate(err)
+            raise
+
     # -- the LeaseService protocol ---------------------------------------------
 
     def acquire(self, key: str, holder: str, ttl: TTL) -> Lease | None:
         """Grant ``key`` to ``holder`` unless another holder's lease is live."""
         params = {"lease_key": key, "lease_holder": holder, "ttl_ms": ttl_millis(ttl)}
+        if self._pg is not None:
+            res = self._pg_run(self._pg.acquire, params)
+            if res is not None:
+                if res.ntuples == 0:
+                    return None
+                token, expires = res.get_value(0, 1), res.get_value(0, 2)
+                assert token is not None and expires is not None
+                return Lease(key, holder, int(token), _to_datetime(int(expires)))
 
         def work(conn: sa.Connection) -> Lease | None:
             if self._returning(conn, "insert"):
@@ -280,6 +357,11 @@ class SQLLeaseService:
             "lease_token": lease.token,
             "ttl_ms": ttl_millis(ttl),
         }
+        if self._pg is not None:
+            res = self._pg_run(self._pg.refresh, params)
+            if res is not None:
+                expires = res.get_value(0, 0) if res.ntuples else None
+                return None if expires is None else _lease_with(lease, int(expires))
 
         def work(conn: sa.Connection) -> Lease | None:
             if self._refresh_returning is not None and self._returning(conn, "update"):
@@ -300,13 +382,24 @@ class SQLLeaseService:
             "lease_holder": lease.holder,
             "lease_token": lease.token,
         }
+        if self._pg is not None and self._pg_run(self._pg.release, params) is not None:
+            return
         with self._begin(single=True) as conn:
             conn.execute(self._release, params)
 
     def get(self, key: str) -> Lease | None:
         """The live lease on ``key``, judged on the database clock."""
+        params = {"lease_key": key}
+        if self._pg is not None:
+            res = self._pg_run(self._pg.get, params)
+            if res is not None:
+                if res.ntuples == 0:
+                    return None
+                holder, token, expires = (res.get_value(0, i) for i in range(3))
+                assert holder is not None and token is not None and expires is not None
+                return Lease(key, holder.decode(), int(token), _to_datetime(int(expires)))
         with self._begin(single=True) as conn:
-            row = conn.execute(self._get, {"lease_key": key}).first()
+            row = conn.execute(self._get, params).first()
         if row is None:
             return None
         return Lease(key, row.holder, int(row.token), _to_datetime(int(row.expires_at)))
@@ -325,6 +418,29 @@ class SQLLeaseService:
         """
         with self._begin(single=False) as conn:
             self._table.metadata.create_all(conn, tables=[self._table])
+
+
+class _PgStatements:
+    """The four operations' statements, compiled once for libpq (``_pg.py``)."""
+
+    def __init__(self, svc: SQLLeaseService) -> None:
+        # Imported here: psycopg is loaded only by services that use it.
+        import psycopg
+
+        from ._pg import PgConnection, PgStatement
+
+        self.connection = PgConnection
+        self.driver_error = psycopg.Error
+        dialect = svc._engine.dialect
+
+        def compiled(stmt: sa.Executable | None) -> PgStatement:
+            assert stmt is not None
+            return PgStatement(stmt.compile(dialect=dialect).string)  # type: ignore[attr-defined]
+
+        self.acquire = compiled(svc._acquire_returning)
+        self.refresh = compiled(svc._refresh_returning)
+        self.release = compiled(svc._release)
+        self.get = compiled(svc._get)
 
 
 def _lease_with(lease: Lease, expires_ms: int) -> Lease:
