@@ -61,11 +61,57 @@ def create_sqlite_engine(url: str, **kwargs: Any) -> sa.Engine:
     return engine
 
 
+CLEAN_AFTER_BATCH = "pikku_clean_after_batch"
+
+
+def _pymysql_engine(url: str, **kwargs: Any) -> sa.Engine:
+    """A MySQL/MariaDB engine whose connections take multi-statement batches.
+
+    The store sends a claim and its COMMIT as one batch
+    (:mod:`pikku_celery.store.batch`), which needs PyMySQL's
+    ``MULTI_STATEMENTS`` client flag. Such a batch leaves the connection
+    outside any transaction; returning it to the pool then skips the
+    ``ROLLBACK`` round trip. Every other check-in rolls back as usual.
+    """
+    from .store.batch import MULTI_STATEMENTS, in_transaction
+
+    custom_reset = "pool_reset_on_return" in kwargs
+    if not custom_reset:
+        kwargs["pool_reset_on_return"] = None
+    engine = sa.create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "do_connect")
+    def _multi_statements(
+        _dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]
+    ) -> None:
+        # ORed into the flags SQLAlchemy set (FOUND_ROWS, which the store's
+        # rowcounts rely on), never replacing them.
+        cparams["client_flag"] = int(cparams.get("client_flag", 0)) | MULTI_STATEMENTS
+
+    if not custom_reset:
+
+        @event.listens_for(engine, "checkout")
+        def _forget_batch(_dbapi: Any, record: Any, _proxy: Any) -> None:
+            record.info.pop(CLEAN_AFTER_BATCH, None)
+
+        @event.listens_for(engine, "reset")
+        def _rollback_unless_clean(dbapi: Any, record: Any, state: Any) -> None:
+            clean = record.info.pop(CLEAN_AFTER_BATCH, False)
+            if state.terminate_only or state.transaction_was_reset:
+                return
+            if clean and not in_transaction(dbapi):
+                return
+            dbapi.rollback()
+
+    return engine
+
+
 def make_engine(url: str, **kwargs: Any) -> sa.Engine:
     """An engine for ``url`` with the settings pikku relies on.
 
     No ``pool_pre_ping``: a ping is a round trip per checkout on the hot path;
-    callers retry on ``OperationalError`` instead.
+    callers retry on ``OperationalError`` instead. MySQL/MariaDB over PyMySQL:
+    connections take multi-statement batches (see :func:`_pymysql_engine`).
     """
     try:
         u = sa.engine.make_url(url)
@@ -81,6 +127,8 @@ def make_engine(url: str, **kwargs: Any) -> sa.Engine:
         kwargs.setdefault("max_overflow", 20)
         if u.get_backend_name() in ("mysql", "mariadb"):
             kwargs.setdefault("pool_recycle", 3600)
+            if u.get_driver_name() == "pymysql":
+                return _pymysql_engine(url, **kwargs)
         return sa.create_engine(url, **kwargs)
     except (sa.exc.NoSuchModuleError, ImportError) as exc:
         raise StoreError(

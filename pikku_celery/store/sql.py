@@ -40,6 +40,7 @@ from ..errors import (
 )
 from ..payload import dumps, loads
 from .base import Decide
+from .batch import Batch, run_batch, takes_batches
 from .model import (
     JSON,
     AdvanceResult,
@@ -371,11 +372,25 @@ class SQLWorkflowStore:
 
                 ensure_current(engine)
             check_schema(engine)
+            self._claim_batch, self._outcome_batches = self._batches()
         except sa.exc.DBAPIError as exc:
             first = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
             raise StoreError(
                 f"cannot reach the workflow database {hidden_url(engine.url)}: {first}"
             ) from None
+
+    def _batches(self) -> tuple[Batch | None, dict[str, Batch]]:
+        """MySQL over connections that take multi-statement batches: a claim
+        and an outcome are then one round trip each, COMMIT included."""
+        if self._dialect != "mysql":
+            return None, {}
+        with self._engine.connect() as conn:
+            if not takes_batches(conn):
+                return None, {}
+        d, st = self._engine.dialect, self._st
+        assert st.mysql_claim_batch is not None
+        outcomes = {kind: Batch(d, st.mysql_outcome_batch(kind)) for kind in st.fenced}
+        return Batch(d, st.mysql_claim_batch), outcomes
 
     def is_transient(self, exc: BaseException) -> bool:
         """A lost connection or a database restarting: worth a retry."""
@@ -533,6 +548,8 @@ class SQLWorkflowStore:
     ) -> StepState | None:
         st = self._st
         params = {"p_id": step_id, "p_task": task_name, "p_worker": worker, "p_lease_ms": lease_ms}
+        if self._claim_batch is not None:
+            return self._claim_batched(self._claim_batch, params)
         with self._one() as conn:
             if st.pg_claim_view is not None:
                 # One statement: the guarded update, the new attempt row, the
@@ -568,6 +585,21 @@ class SQLWorkflowStore:
                 if step.attempt > 1:
                     conn.execute(st.supersede, {"p_id": step.id, "p_attempt": step.attempt - 1})
             return step
+
+    def _claim_batched(self, batch: Batch, params: dict[str, Any]) -> StepState | None:
+        """MySQL: the claim's batch (statements.mysql_claim_batch), one round trip."""
+        with self._engine.connect() as conn:
+            _, rows, names = run_batch(conn, batch, params)[3]
+        if not rows or names is None:
+            return None
+        row = SimpleNamespace(**dict(zip(names, rows[0], strict=True)))
+        if not row.claimed_here:
+            if row.task_name != params["p_task"]:
+                raise WorkflowStepFunctionMismatchError(
+                    params["p_id"], row.task_name, params["p_task"]
+                )
+            return None
+        return _step_from(row)
 
     def _keep_claim_view(self, rows: Sequence[Any]) -> Any:
         """Remember the run as read by a PostgreSQL claim, for that attempt's pass."""
@@ -607,12 +639,20 @@ class SQLWorkflowStore:
         conn.execute(write.attempt, params)
         return True
 
+    def _fenced_outcome(self, kind: str, params: dict[str, Any]) -> bool:
+        """A standalone fenced outcome: one round trip where batches are taken."""
+        batch = self._outcome_batches.get(kind)
+        if batch is not None:
+            with self._engine.connect() as conn:
+                return run_batch(conn, batch, params)[0][0] == 1
+        with self._one() as conn:
+            return self._fenced_write(conn, self._st.fenced[kind], params)
+
     def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
         text = dumps(result, f"step {step_id}", "result")
         params = {"p_id": step_id, "p_attempt": attempt, "p_result": text}
-        with self._one() as conn:
-            if not self._fenced_write(conn, self._st.fenced["complete"], params):
-                raise WorkflowStepSupersededError(step_id, attempt)
+        if not self._fenced_outcome("complete", params):
+            raise WorkflowStepSupersededError(step_id, attempt)
 
     def complete_in_transaction(
         self, step_id: str, attempt: int, body: Callable[[sa.Connection], JSON]
@@ -645,10 +685,8 @@ class SQLWorkflowStore:
             "p_error": text,
             "p_delay_ms": None if retry_delay is None else round(retry_delay * 1000),
         }
-        write = self._st.fenced["fail" if retry_delay is None else "fail_retry"]
-        with self._one() as conn:
-            if not self._fenced_write(conn, write, params):
-                raise WorkflowStepSupersededError(step_id, attempt)
+        if not self._fenced_outcome("fail" if retry_delay is None else "fail_retry", params):
+            raise WorkflowStepSupersededError(step_id, attempt)
 
     def expire_step(self, step_id: str) -> bool:
         st = self._st

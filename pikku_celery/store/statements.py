@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..db import now_ms_expr
@@ -363,6 +364,59 @@ class Statements:
                 .add_cte(superseded, recorded)
             )
 
+        # MySQL: the claim as one multi-statement batch (see .batch). The
+        # UPDATE's row count, kept in a session variable, gates the rest. One
+        # INSERT writes the new attempt's row and, on a lapsed takeover, marks
+        # the previous attempt's row superseded (it exists, so it lands in ON
+        # DUPLICATE KEY; a failed previous attempt keeps its status). The read
+        # back returns the row either way, with the verdict beside it, so a
+        # refused claim can still name a task-name mismatch.
+        self.mysql_claim_batch: list[sa.ClauseElement | str] | None = None
+        if dialect == "mysql":
+            claimed_here = sa.literal_column("@pikku_claimed", sa.Integer())
+            back = sa.union_all(
+                sa.select(sa.literal_column("0").label("d")),
+                sa.select(sa.literal_column("1").label("d")),
+            ).subquery("back")
+            this_or_previous = (
+                sa.select(
+                    S.c.id,
+                    S.c.attempt - back.c.d,
+                    S.c.run_id,
+                    sa.case(
+                        (back.c.d == 0, _lit(AttemptStatus.RUNNING.value)),
+                        else_=_lit(AttemptStatus.SUPERSEDED.value),
+                    ),
+                    S.c.worker,
+                    S.c.updated_at,
+                )
+                .select_from(S.join(back, sa.true()))
+                .where(S.c.id == _p("id"), claimed_here == 1, S.c.attempt - back.c.d >= 1)
+            )
+            attempt_rows = (
+                mysql.insert(A)
+                .from_select(
+                    ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
+                    this_or_previous,
+                )
+                .on_duplicate_key_update(
+                    status=sa.case(
+                        (
+                            A.c.status == _lit(AttemptStatus.RUNNING.value),
+                            _lit(AttemptStatus.SUPERSEDED.value),
+                        ),
+                        else_=A.c.status,
+                    )
+                )
+            )
+            self.mysql_claim_batch = [
+                self.claim,
+                "SET @pikku_claimed := ROW_COUNT()",
+                attempt_rows,
+                sa.select(S, claimed_here.label("claimed_here")).where(S.c.id == _p("id")),
+                "COMMIT",
+            ]
+
         # Rule 3: renewal is fenced and never revives a lapsed lease.
         renewable = (
             S.c.id == _p("id"),
@@ -637,6 +691,22 @@ class Statements:
             sa.select(count).select_from(pinned).scalar_subquery().label("pinned"),
             sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),
         ).add_cte(*ctes)
+
+    def mysql_outcome_batch(self, kind: str) -> list[sa.ClauseElement | str]:
+        """MySQL: a standalone fenced outcome and its COMMIT as one batch.
+
+        Two single-table UPDATEs (cheaper on InnoDB than the two-table one),
+        the attempt row's gated on the step's row count: a superseded
+        attempt's row never takes its result.
+        """
+        write = self.fenced[kind]
+        fenced = sa.literal_column("@pikku_fenced", sa.Integer())
+        return [
+            write.step,
+            "SET @pikku_fenced := ROW_COUNT()",
+            write.attempt.where(fenced == 1),
+            "COMMIT",
+        ]
 
     @functools.lru_cache(maxsize=32)  # noqa: B019 - one instance per dialect, kept for good
     def list_runs(self, status: bool, workflow: bool, since: bool, until: bool) -> sa.Select[Any]:

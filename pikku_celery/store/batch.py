@@ -1,0 +1,135 @@
+"""Several statements in one round trip on MySQL/MariaDB.
+
+MySQL has no ``UPDATE ... RETURNING`` and no data-modifying CTEs, so a claim
+(the guarded UPDATE, the attempt row, the superseded mark, the read back) and
+its COMMIT would cost five round trips. PyMySQL connections opened with the
+``MULTI_STATEMENTS`` client flag (engines from :func:`pikku_celery.db.make_engine`
+have it) take them as one batch; the server runs the statements in order and
+stops at the first error, which rolls the batch's transaction back when the
+connection returns to the pool. Connections without the flag use the one
+statement per round trip path.
+
+The batch runs on the driver's own cursor, so its errors are wrapped here the
+way SQLAlchemy would wrap them (``OperationalError`` etc., the connection
+invalidated on a disconnect): callers' retry and outage handling is the same
+for both paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import sqlalchemy as sa
+from pymysql.constants import CLIENT, SERVER_STATUS
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from ..db import CLEAN_AFTER_BATCH
+
+MULTI_STATEMENTS: int = CLIENT.MULTI_STATEMENTS
+
+
+class Batch:
+    """Statements compiled once for one engine's dialect, sent joined by ``;``.
+
+    Each statement compiles with its own anonymous parameters (``status_1``
+    in one is not ``status_1`` in the next), so with a named paramstyle every
+    placeholder gets its statement's prefix; a positional one just chains.
+    """
+
+    def __init__(self, dialect: sa.Dialect, statements: Sequence[sa.ClauseElement | str]) -> None:
+        self._positional = dialect.positional
+        self._compiled: list[tuple[str, SQLCompiler]] = []
+        parts = []
+        for i, stmt in enumerate(statements):
+            if isinstance(stmt, str):
+                parts.append(stmt)
+                continue
+            compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
+            prefix = f"b{i}_"
+            text = str(compiled)
+            if not self._positional:
+                text = _NAMED.sub(rf"%({prefix}\1)s", text)
+            parts.append(text)
+            self._compiled.append((prefix, compiled))
+        self.sql = ";\n".join(parts)
+        self.commits = parts[-1].strip().upper() == "COMMIT"
+
+    def parameters(self, params: Mapping[str, Any]) -> Any:
+        """The driver's parameters for the whole batch, in its paramstyle."""
+        if self._positional:
+            values: list[Any] = []
+            for _, c in self._compiled:
+                bound = c.construct_params(params, _check=False)
+                values.extend(bound[name] for name in c.positiontup or ())
+            return tuple(values)
+        merged: dict[str, Any] = {}
+        for prefix, c in self._compiled:
+            for name, value in c.construct_params(params, _check=False).items():
+                merged[prefix + name] = value
+        return merged
+
+
+# A pyformat placeholder (a literal percent sign compiles to ``%%``).
+_NAMED = re.compile(r"(?<!%)%\(([^)]+)\)s")
+
+
+def takes_batches(conn: sa.Connection) -> bool:
+    """Whether this connection's driver runs several statements per call."""
+    driver: Any = conn.connection.driver_connection
+    flags = getattr(driver, "client_flag", 0)
+    return isinstance(flags, int) and bool(flags & MULTI_STATEMENTS)
+
+
+def in_transaction(driver: Any) -> bool:
+    """The server's own word (in every OK packet) on an open transaction.
+
+    Unknown drivers answer True, so a pool reset then rolls back as usual.
+    """
+    status = getattr(driver, "server_status", None)
+    if not isinstance(status, int):
+        return True
+    return bool(status & SERVER_STATUS.SERVER_STATUS_IN_TRANS)
+
+
+def run_batch(
+    conn: sa.Connection, batch: Batch, params: Mapping[str, Any]
+) -> list[tuple[int, list[tuple[Any, ...]] | None, list[str] | None]]:
+    """Run ``batch``; for each statement (rowcount, rows or None, column names)."""
+    driver: Any = conn.connection.driver_connection
+    cursor = driver.cursor()
+    out: list[tuple[int, list[tuple[Any, ...]] | None, list[str] | None]] = []
+    try:
+        cursor.execute(batch.sql, batch.parameters(params))
+        while True:
+            if cursor.description is None:
+                out.append((cursor.rowcount, None, None))
+            else:
+                names = [d[0] for d in cursor.description]
+                out.append((cursor.rowcount, list(cursor.fetchall()), names))
+            if not cursor.nextset():
+                break
+        if batch.commits:
+            # Ended outside any transaction: the pool need not roll back.
+            conn.connection.info[CLEAN_AFTER_BATCH] = True
+    except Exception as exc:
+        dbapi = conn.dialect.loaded_dbapi
+        if not isinstance(exc, dbapi.Error):
+            raise
+        invalidated = conn.dialect.is_disconnect(exc, driver, cursor)
+        if invalidated:
+            conn.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            batch.sql,
+            dict(params),
+            exc,
+            dbapi.Error,
+            connection_invalidated=invalidated,
+            dialect=conn.dialect,
+        ) from exc
+    finally:
+        with contextlib.suppress(Exception):  # a dead connection cannot drain its results
+            cursor.close()
+    return out
