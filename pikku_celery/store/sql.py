@@ -388,9 +388,12 @@ class SQLWorkflowStore:
             if not takes_batches(conn):
                 return None, {}
         d, st = self._engine.dialect, self._st
-        assert st.mysql_claim_batch is not None
-        outcomes = {kind: Batch(d, st.mysql_outcome_batch(kind)) for kind in st.fenced}
-        return Batch(d, st.mysql_claim_batch), outcomes
+        # MariaDB reads ROW_COUNT() inside a statement as the previous
+        # statement's count (pinned by tests/store/test_mysql_batch.py);
+        # MySQL gets the session-variable form.
+        inline = bool(getattr(d, "is_mariadb", False))
+        outcomes = {kind: Batch(d, st.mysql_outcome_batch(kind, inline)) for kind in st.fenced}
+        return Batch(d, st.mysql_claim_batch(inline)), outcomes
 
     def is_transient(self, exc: BaseException) -> bool:
         """A lost connection or a database restarting: worth a retry."""
@@ -589,7 +592,7 @@ class SQLWorkflowStore:
     def _claim_batched(self, batch: Batch, params: dict[str, Any]) -> StepState | None:
         """MySQL: the claim's batch (statements.mysql_claim_batch), one round trip."""
         with self._engine.connect() as conn:
-            _, rows, names = run_batch(conn, batch, params)[3]
+            _, rows, names = run_batch(conn, batch, params)[-2]
         if not rows or names is None:
             return None
         row = SimpleNamespace(**dict(zip(names, rows[0], strict=True)))

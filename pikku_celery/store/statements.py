@@ -364,59 +364,6 @@ class Statements:
                 .add_cte(superseded, recorded)
             )
 
-        # MySQL: the claim as one multi-statement batch (see .batch). The
-        # UPDATE's row count, kept in a session variable, gates the rest. One
-        # INSERT writes the new attempt's row and, on a lapsed takeover, marks
-        # the previous attempt's row superseded (it exists, so it lands in ON
-        # DUPLICATE KEY; a failed previous attempt keeps its status). The read
-        # back returns the row either way, with the verdict beside it, so a
-        # refused claim can still name a task-name mismatch.
-        self.mysql_claim_batch: list[sa.ClauseElement | str] | None = None
-        if dialect == "mysql":
-            claimed_here = sa.literal_column("@pikku_claimed", sa.Integer())
-            back = sa.union_all(
-                sa.select(sa.literal_column("0").label("d")),
-                sa.select(sa.literal_column("1").label("d")),
-            ).subquery("back")
-            this_or_previous = (
-                sa.select(
-                    S.c.id,
-                    S.c.attempt - back.c.d,
-                    S.c.run_id,
-                    sa.case(
-                        (back.c.d == 0, _lit(AttemptStatus.RUNNING.value)),
-                        else_=_lit(AttemptStatus.SUPERSEDED.value),
-                    ),
-                    S.c.worker,
-                    S.c.updated_at,
-                )
-                .select_from(S.join(back, sa.true()))
-                .where(S.c.id == _p("id"), claimed_here == 1, S.c.attempt - back.c.d >= 1)
-            )
-            attempt_rows = (
-                mysql.insert(A)
-                .from_select(
-                    ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
-                    this_or_previous,
-                )
-                .on_duplicate_key_update(
-                    status=sa.case(
-                        (
-                            A.c.status == _lit(AttemptStatus.RUNNING.value),
-                            _lit(AttemptStatus.SUPERSEDED.value),
-                        ),
-                        else_=A.c.status,
-                    )
-                )
-            )
-            self.mysql_claim_batch = [
-                self.claim,
-                "SET @pikku_claimed := ROW_COUNT()",
-                attempt_rows,
-                sa.select(S, claimed_here.label("claimed_here")).where(S.c.id == _p("id")),
-                "COMMIT",
-            ]
-
         # Rule 3: renewal is fenced and never revives a lapsed lease.
         renewable = (
             S.c.id == _p("id"),
@@ -692,19 +639,84 @@ class Statements:
             sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),
         ).add_cte(*ctes)
 
-    def mysql_outcome_batch(self, kind: str) -> list[sa.ClauseElement | str]:
+    def mysql_claim_batch(self, inline_row_count: bool) -> list[sa.ClauseElement | str]:
+        """MySQL: the claim as one multi-statement batch (see .batch).
+
+        The UPDATE's row count gates the rest: read inline with ``ROW_COUNT()``
+        where the server evaluates it as the previous statement's count
+        (MariaDB), else kept in a session variable first. One INSERT writes
+        the new attempt's row and, on a lapsed takeover, marks the previous
+        attempt's row superseded (it exists, so it lands in ON DUPLICATE KEY;
+        a failed previous attempt keeps its status). The read back returns
+        the row either way, with the verdict beside it, so a refused claim
+        can still name a task-name mismatch.
+        """
+        row_count = sa.func.row_count()
+        gate = row_count if inline_row_count else sa.literal_column("@pikku_claimed")
+        back = sa.union_all(
+            sa.select(sa.literal_column("0").label("d")),
+            sa.select(sa.literal_column("1").label("d")),
+        ).subquery("back")
+        this_or_previous = (
+            sa.select(
+                S.c.id,
+                S.c.attempt - back.c.d,
+                S.c.run_id,
+                sa.case(
+                    (back.c.d == 0, _lit(AttemptStatus.RUNNING.value)),
+                    else_=_lit(AttemptStatus.SUPERSEDED.value),
+                ),
+                S.c.worker,
+                S.c.updated_at,
+            )
+            .select_from(S.join(back, sa.true()))
+            .where(S.c.id == _p("id"), gate == 1, S.c.attempt - back.c.d >= 1)
+        )
+        attempt_rows = (
+            mysql.insert(A)
+            .from_select(
+                ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
+                this_or_previous,
+            )
+            .on_duplicate_key_update(
+                status=sa.case(
+                    (
+                        A.c.status == _lit(AttemptStatus.RUNNING.value),
+                        _lit(AttemptStatus.SUPERSEDED.value),
+                    ),
+                    else_=A.c.status,
+                )
+            )
+        )
+        # Inline, the read back sees the INSERT's count: rows only if claimed.
+        claimed_here = (row_count > 0) if inline_row_count else (gate == 1)
+        batch: list[sa.ClauseElement | str] = [self.claim]
+        if not inline_row_count:
+            batch.append("SET @pikku_claimed := ROW_COUNT()")
+        return [
+            *batch,
+            attempt_rows,
+            sa.select(S, claimed_here.label("claimed_here")).where(S.c.id == _p("id")),
+            "COMMIT",
+        ]
+
+    def mysql_outcome_batch(
+        self, kind: str, inline_row_count: bool
+    ) -> list[sa.ClauseElement | str]:
         """MySQL: a standalone fenced outcome and its COMMIT as one batch.
 
         Two single-table UPDATEs (cheaper on InnoDB than the two-table one),
-        the attempt row's gated on the step's row count: a superseded
-        attempt's row never takes its result.
+        the attempt row's gated on the step's row count (as in
+        :meth:`mysql_claim_batch`): a superseded attempt's row never takes
+        its result.
         """
         write = self.fenced[kind]
-        fenced = sa.literal_column("@pikku_fenced", sa.Integer())
+        if inline_row_count:
+            return [write.step, write.attempt.where(sa.func.row_count() == 1), "COMMIT"]
         return [
             write.step,
             "SET @pikku_fenced := ROW_COUNT()",
-            write.attempt.where(fenced == 1),
+            write.attempt.where(sa.literal_column("@pikku_fenced") == 1),
             "COMMIT",
         ]
 

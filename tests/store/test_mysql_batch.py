@@ -18,17 +18,27 @@ from pikku_celery.store import AttemptStatus, StepStatus
 from pikku_celery.store.batch import Batch, in_transaction, run_batch
 from pikku_celery.store.schema import step_table
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.statements import statements
 from tests.store.conftest import wipe
 from tests.store.support import LONG, SHORT, TASK, lapse, make_tasks
 
 
-@pytest.fixture(params=["batched", "one-by-one"])
+@pytest.fixture(params=["batched-inline", "batched-session-variable", "one-by-one"])
 def mysql_store(
     request: pytest.FixtureRequest, store_mysql_engine: sa.Engine
 ) -> Iterator[SQLWorkflowStore]:
+    """MariaDB's batches read ROW_COUNT() inline; MySQL's keep it in a session
+    variable first: both forms run here on MariaDB."""
     wipe(store_mysql_engine)
-    if request.param == "batched":
-        yield SQLWorkflowStore(store_mysql_engine)
+    if request.param.startswith("batched"):
+        store = SQLWorkflowStore(store_mysql_engine)
+        if request.param == "batched-session-variable":
+            st, d = statements("mysql"), store_mysql_engine.dialect
+            store._claim_batch = Batch(d, st.mysql_claim_batch(False))
+            store._outcome_batches = {
+                kind: Batch(d, st.mysql_outcome_batch(kind, False)) for kind in st.fenced
+            }
+        yield store
         return
     plain = sa.create_engine(store_mysql_engine.url, pool_size=2)
     try:
