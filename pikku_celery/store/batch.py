@@ -9,10 +9,9 @@ stops at the first error, which rolls the batch's transaction back when the
 connection returns to the pool. Connections without the flag use the one
 statement per round trip path.
 
-The batch runs on the driver's own cursor, so its errors are wrapped here the
-way SQLAlchemy would wrap them (``OperationalError`` etc., the connection
-invalidated on a disconnect): callers' retry and outage handling is the same
-for both paths.
+The batch runs on the driver's own cursor; its errors go through SQLAlchemy's
+own handler (as in the lease service's PostgreSQL fast path), so callers'
+retry and outage handling is the same for both paths.
 """
 
 from __future__ import annotations
@@ -114,21 +113,11 @@ def run_batch(
         if batch.commits:
             # Ended outside any transaction: the pool need not roll back.
             conn.connection.info[CLEAN_AFTER_BATCH] = True
-    except Exception as exc:
-        dbapi = conn.dialect.loaded_dbapi
-        if not isinstance(exc, dbapi.Error):
-            raise
-        invalidated = conn.dialect.is_disconnect(exc, driver, cursor)
-        if invalidated:
-            conn.invalidate(exc)
-        raise sa.exc.DBAPIError.instance(
-            batch.sql,
-            dict(params),
-            exc,
-            dbapi.Error,
-            connection_invalidated=invalidated,
-            dialect=conn.dialect,
-        ) from exc
+    except conn.dialect.loaded_dbapi.Error as exc:
+        # SQLAlchemy's own handling, as for a statement it ran: the same
+        # exception types, a rollback, handle_error events, and on a
+        # disconnect the connection (and pool) invalidated.
+        conn._handle_dbapi_exception(exc, batch.sql, params, cursor, None)
     finally:
         with contextlib.suppress(Exception):  # a dead connection cannot drain its results
             cursor.close()

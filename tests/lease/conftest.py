@@ -47,6 +47,20 @@ def new_key(prefix: str = "k") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def exercise(svc: LeaseService) -> None:
+    """Every operation once on a fresh key, checking the answers."""
+    key = new_key()
+    lease = svc.acquire(key, "A", 5.0)
+    assert lease is not None and lease.token == 1
+    assert svc.acquire(key, "B", 5.0) is None
+    assert svc.get(key) == lease
+    refreshed = svc.refresh(lease, 5.0)
+    assert refreshed is not None and refreshed.token == 1
+    svc.release(refreshed)
+    assert svc.get(key) is None
+    assert svc.refresh(lease, 5.0) is None
+
+
 @dataclass
 class Backend:
     """A lease service under test and the tools to poke at its store."""

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from pikku_celery.lease import SQLLeaseService
 from pikku_celery.lease.sql import _PG_STATE
 from tests.helpers import wait_until
-from tests.lease.conftest import new_key
+from tests.lease.conftest import exercise, new_key
 
 
 @dataclass
@@ -63,20 +63,6 @@ def pg(
     if conn is not None:
         conn.close()
     engine.dispose()
-
-
-def exercise(svc: SQLLeaseService) -> None:
-    """Every operation once, checking the answers."""
-    key = new_key()
-    lease = svc.acquire(key, "A", 5.0)
-    assert lease is not None and lease.token == 1
-    assert svc.acquire(key, "B", 5.0) is None
-    assert svc.get(key) == lease
-    refreshed = svc.refresh(lease, 5.0)
-    assert refreshed is not None and refreshed.token == 1
-    svc.release(refreshed)
-    assert svc.get(key) is None
-    assert svc.refresh(lease, 5.0) is None
 
 
 def terminate(engine: sa.Engine, pid: int) -> None:

@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
 from pikku_celery.lease import RedisLeaseService
-from tests.lease.conftest import new_key
+from tests.lease.conftest import exercise, new_key
 from tests.lease.tcp_proxy import TcpProxy
 from tests.services import REDIS_URL
 
@@ -30,20 +30,6 @@ def client(redis_client: redis.Redis) -> Iterator[redis.Redis]:
     c = redis.Redis.from_url(REDIS_URL)
     yield c
     c.close()
-
-
-def exercise(svc: RedisLeaseService) -> None:
-    """Every operation once, checking the answers."""
-    key = new_key()
-    lease = svc.acquire(key, "A", 5.0)
-    assert lease is not None and lease.token == 1
-    assert svc.acquire(key, "B", 5.0) is None
-    assert svc.get(key) == lease
-    refreshed = svc.refresh(lease, 5.0)
-    assert refreshed is not None and refreshed.token == 1
-    svc.release(refreshed)
-    assert svc.get(key) is None
-    assert svc.refresh(lease, 5.0) is None
 
 
 def test_the_service_keeps_one_connection_and_gives_it_back(

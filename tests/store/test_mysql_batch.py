@@ -119,7 +119,29 @@ def test_a_batch_that_fails_half_way_is_rolled_back_before_reuse(
         driver = conn.connection.driver_connection
         with pytest.raises(sa.exc.ProgrammingError):
             run_batch(conn, broken, {"p_id": step.id})
-    # Back in the pool: the reset rolled the open transaction back.
+    # Rolled back (by SQLAlchemy's error handling) before the pool reuses it.
+    assert not in_transaction(driver)
+    after = store.get_step(step.id)
+    assert after is not None and after.worker is None
+
+
+def test_a_batch_left_open_is_rolled_back_by_the_pool(store_mysql_engine: sa.Engine) -> None:
+    """Only a batch that ended in COMMIT skips the pool's ROLLBACK."""
+    wipe(store_mysql_engine)
+    store = SQLWorkflowStore(store_mysql_engine)
+    _, [step] = make_tasks(store, 1)
+    open_ended = Batch(
+        store_mysql_engine.dialect,
+        [
+            sa.update(step_table)
+            .where(step_table.c.id == sa.bindparam("p_id"))
+            .values(worker="uncommitted")
+        ],
+    )
+    with store_mysql_engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        run_batch(conn, open_ended, {"p_id": step.id})
+        assert in_transaction(driver)
     assert not in_transaction(driver)
     after = store.get_step(step.id)
     assert after is not None and after.worker is None
