@@ -20,7 +20,7 @@ On PostgreSQL single statements run in autocommit (no BEGIN/COMMIT round
 trips) and a release commits without waiting for the WAL flush (see
 ``_build_statements`` for why that is safe). With psycopg, the four
 operations skip SQLAlchemy's execution machinery and psycopg's cursor and run
-as prepared statements straight on libpq (``_pg.py`` says why); errors are
+as prepared statements straight on libpq (``pikku_celery/libpq.py`` says why); errors are
 raised as the same SQLAlchemy exceptions.
 """
 
@@ -42,7 +42,7 @@ from .base import TTL, Lease, ttl_millis
 if TYPE_CHECKING:
     from psycopg import pq
 
-    from ._pg import PgConnection, PgStatement
+    from ..libpq import PgStatement
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _T = TypeVar("_T")
@@ -52,9 +52,8 @@ _T = TypeVar("_T")
 _MYSQL_RETRYABLE = frozenset({1213, 1205})
 _MYSQL_ATTEMPTS = 5
 
-# Where the fast path keeps its per-connection state: in the pool's info dict
-# of the DBAPI connection, which SQLAlchemy clears when it reconnects.
-_PG_STATE = "pikku_lease_pg"
+# Where the fast path keeps its per-connection state (``libpq.STATE_KEY``).
+_PG_STATE = "pikku_pg"
 
 
 def _to_datetime(ms: int) -> datetime:
@@ -269,7 +268,7 @@ class SQLLeaseService:
     # -- the PostgreSQL fast path ----------------------------------------------
 
     def _pg_run(self, stmt: PgStatement, params: dict[str, Any]) -> pq.abc.PGresult | None:
-        """Run one statement straight on libpq (see ``_pg.py``).
+        """Run one statement straight on libpq (see ``pikku_celery/libpq.py``).
 
         None: this call takes the general path instead (a value libpq cannot
         take as text, execution event listeners to fire or ``echo`` on, a
@@ -290,35 +289,10 @@ class SQLLeaseService:
     def _pg_on(
         self, conn: sa.Connection, stmt: PgStatement, params: dict[str, Any]
     ) -> pq.abc.PGresult | None:
-        if conn._has_events or self._engine._has_events or conn._echo:
-            # Tracing or SQL logging: SQLAlchemy fires the events and logs.
-            return None
-        assert self._pg is not None
-        fairy = conn.connection
-        try:
-            state: PgConnection | None = fairy.info.get(_PG_STATE)
-            driver = fairy.driver_connection
-            if state is None or state.driver is not driver:
-                state = fairy.info[_PG_STATE] = self._pg.connection(driver)  # type: ignore[arg-type]
-            if not state.usable():
-                return None
-            values = state.encode(params, stmt)
-            if values is None:
-                return None
-            return state.execute(stmt, values)
-        except self._pg.driver_error as err:
-            # What SQLAlchemy does with a driver error outside an execution
-            # context: the same exception types, the connection (and on a
-            # disconnect the pool) invalidated, handle_error events fired.
-            conn._handle_dbapi_exception(err, stmt.sql, params, None, None)
-        except BaseException as err:
-            # Not the database's: an exception from a signal handler (Ctrl-C,
-            # Celery's soft time limit) while the statement ran. It propagates
-            # as it is, and the connection, whose line is now in an unknown
-            # state, is dropped.
-            if not conn.invalidated:
-                conn.invalidate(err)
-            raise
+        from ..libpq import run_direct
+
+        done = run_direct(conn, stmt, params)
+        return None if done is None else done[1]
 
     # -- the LeaseService protocol ---------------------------------------------
 
@@ -421,21 +395,17 @@ class SQLLeaseService:
 
 
 class _PgStatements:
-    """The four operations' statements, compiled once for libpq (``_pg.py``)."""
+    """The four operations' statements, compiled once for libpq (``pikku_celery/libpq.py``)."""
 
     def __init__(self, svc: SQLLeaseService) -> None:
         # Imported here: psycopg is loaded only by services that use it.
-        import psycopg
+        from ..libpq import PgStatement
 
-        from ._pg import PgConnection, PgStatement
-
-        self.connection = PgConnection
-        self.driver_error = psycopg.Error
         dialect = svc._engine.dialect
 
         def compiled(stmt: sa.Executable | None) -> PgStatement:
             assert stmt is not None
-            return PgStatement(stmt.compile(dialect=dialect).string)  # type: ignore[attr-defined]
+            return PgStatement(stmt.compile(dialect=dialect).string, "pikku_lease_")  # type: ignore[attr-defined]
 
         self.acquire = compiled(svc._acquire_returning)
         self.refresh = compiled(svc._refresh_returning)

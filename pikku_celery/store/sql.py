@@ -340,6 +340,60 @@ class _ClaimView:
         return self.run.id == run_id and self.now() + CLAIM_VIEW_MARGIN_MS < self.lease_expires_at
 
 
+class _Row:
+    """A fast-path row: attribute access and ``_mapping``, as SQLAlchemy's rows have."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, mapping: dict[str, Any]) -> None:
+        self._mapping = mapping
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._mapping[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class _Direct:
+    """The hot statements compiled once for libpq (:mod:`pikku_celery.libpq`):
+    the claim and the optimistic pass, on PostgreSQL through psycopg."""
+
+    def __init__(self, engine: sa.Engine, claim_view: sa.Select[Any]) -> None:
+        from ..libpq import PgStatement, run_direct
+
+        self._dialect = engine.dialect
+        self._statement = PgStatement
+        self.run = run_direct
+        self.claim = self.compiled(claim_view)
+        self._passes: dict[tuple[str, bool, bool], Any] = {}
+        self._names: dict[bytes, tuple[str, ...]] = {}
+
+    def compiled(self, stmt: sa.ClauseElement) -> Any:
+        c = stmt.compile(dialect=self._dialect)
+        constants = {k: b.value for k, b in c.binds.items() if not b.required}  # type: ignore[attr-defined]
+        return self._statement(c.string, defaults=constants)
+
+    def pass_statement(self, st: Any, kind: str, new_step: bool, ends: bool) -> Any:
+        key = (kind, new_step, ends)
+        found = self._passes.get(key)
+        if found is None:
+            found = self._passes[key] = self.compiled(st.pg_pass(kind, new_step, ends))
+        return found
+
+    def rows(self, conn: sa.Connection, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
+        """The statement's rows, or None when this call must take the general path."""
+        done = self.run(conn, stmt, params)
+        if done is None:
+            return None
+        state, res = done
+        names = self._names.get(stmt.name)
+        if names is None:
+            names = tuple((res.fname(i) or b"").decode() for i in range(res.nfields))
+            self._names[stmt.name] = names
+        return [_Row(dict(zip(names, values, strict=True))) for values in state.rows(res)]
+
+
 class SQLWorkflowStore:
     """A :class:`~pikku_celery.store.base.WorkflowStore` on a SQLAlchemy engine.
 
@@ -364,6 +418,9 @@ class SQLWorkflowStore:
             if self._dialect == "postgresql"
             else engine
         )
+        self._direct: _Direct | None = None
+        if self._st.pg_claim_view is not None and engine.dialect.driver == "psycopg":
+            self._direct = _Direct(engine, self._st.pg_claim_view)
         if create_tables is None:
             create_tables = self._dialect == "sqlite"
         try:
@@ -553,12 +610,21 @@ class SQLWorkflowStore:
         params = {"p_id": step_id, "p_task": task_name, "p_worker": worker, "p_lease_ms": lease_ms}
         if self._claim_batch is not None:
             return self._claim_batched(self._claim_batch, params)
+        found = None
+        if self._direct is not None:
+            with self._engine.connect() as conn:
+                found = self._direct.rows(conn, self._direct.claim, params)
+            if found:
+                return _step_from(self._keep_claim_view(found))
         with self._one() as conn:
             if st.pg_claim_view is not None:
                 # One statement: the guarded update, the new attempt row, the
                 # superseded mark of a lapsed attempt's row, and the run as its
                 # pass will need it (kept for that pass: it skips its read).
-                rows = conn.execute(st.pg_claim_view, params).all()
+                # (Unless the fast path above found nothing to claim.)
+                rows: Sequence[Any] | None = found
+                if rows is None:
+                    rows = conn.execute(st.pg_claim_view, params).all()
                 row = self._keep_claim_view(rows) if rows else None
             elif st.pg_claim is not None:
                 row = conn.execute(st.pg_claim, params).first()
@@ -782,84 +848,95 @@ class SQLWorkflowStore:
         """
         st = self._st
         assert st.pg_view is not None
-        with self._one() as conn:
-            kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
-            if kept is not None and kept.still_ours(run_id):
-                # Read at claim time; "now" moves on by this process's
-                # monotonic clock, anchored on the database's.
-                run, steps, has_signals = kept.run, kept.steps, kept.has_signals
-                now = kept.now()
-            else:
+        kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
+        if kept is not None and kept.still_ours(run_id):
+            # Read at claim time; "now" moves on by this process's
+            # monotonic clock, anchored on the database's.
+            run, steps, has_signals = kept.run, kept.steps, kept.has_signals
+            now = kept.now()
+        else:
+            with self._one() as conn:
                 rows = conn.execute(st.pg_view, {"p_id": run_id}).all()
-                if not rows:
-                    raise RunNotFoundError(f"no workflow run {run_id!r}")
-                head = rows[0]
-                run = _run_from(head, "r_")
-                now = int(head.db_now)
-                steps = [_step_from(r) for r in rows if r.id is not None]
-                has_signals = bool(head.has_signals)
-            if run.status.terminal:
-                return None
-            prepared = _prepare_outcome(steps, outcome, now)
-            signals: dict[str, JSON] = {}
-            if has_signals:
+            if not rows:
+                raise RunNotFoundError(f"no workflow run {run_id!r}")
+            head = rows[0]
+            run = _run_from(head, "r_")
+            now = int(head.db_now)
+            steps = [_step_from(r) for r in rows if r.id is not None]
+            has_signals = bool(head.has_signals)
+        if run.status.terminal:
+            return None
+        prepared = _prepare_outcome(steps, outcome, now)
+        signals: dict[str, JSON] = {}
+        if has_signals:
+            with self._one() as conn:
                 for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
                     signals[name] = loads(payload)
-            view = RunView(run=run, steps=prepared.steps, signals=signals, now=now)
-            decision = decide(view)
-            encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
-            ends = decision.run_status is not None and decision.run_status.terminal
-            if (
-                decision.resolutions
-                or decision.redispatch
-                or decision.cancel_children
-                or len(encoded.steps) > 1
-                or any(e.child_input is not None for e in encoded.steps)
-                or (ends and run.parent_run_id is not None)
-            ):
-                return None
-            params: dict[str, Any] = {
-                **prepared.params,
-                "p_run": run.id,
-                "p_version": run.version,
-                "p_wake_at": decision.wake_at,
-            }
-            new_run = replace(
-                run,
-                version=run.version + 1,
-                updated_at=now,
-                wake_at=decision.wake_at,
-                next_sweep_at=None,
-                sweep_count=0,
+        view = RunView(run=run, steps=prepared.steps, signals=signals, now=now)
+        decision = decide(view)
+        encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
+        ends = decision.run_status is not None and decision.run_status.terminal
+        if (
+            decision.resolutions
+            or decision.redispatch
+            or decision.cancel_children
+            or len(encoded.steps) > 1
+            or any(e.child_input is not None for e in encoded.steps)
+            or (ends and run.parent_run_id is not None)
+        ):
+            return None
+        params: dict[str, Any] = {
+            **prepared.params,
+            "p_run": run.id,
+            "p_version": run.version,
+            "p_wake_at": decision.wake_at,
+        }
+        new_run = replace(
+            run,
+            version=run.version + 1,
+            updated_at=now,
+            wake_at=decision.wake_at,
+            next_sweep_at=None,
+            sweep_count=0,
+        )
+        if ends:
+            assert decision.run_status is not None
+            params.update(
+                p_run_status=decision.run_status.value,
+                p_output=encoded.output,
+                p_run_error=encoded.error,
             )
-            if ends:
-                assert decision.run_status is not None
-                params.update(
-                    p_run_status=decision.run_status.value,
-                    p_output=encoded.output,
-                    p_run_error=encoded.error,
-                )
-                new_run = replace(
-                    new_run,
-                    status=decision.run_status,
-                    output=loads(encoded.output),
-                    error=loads(encoded.error),
-                    wake_at=None,
-                )
-            publish: list[StepState] = []
-            for enc in encoded.steps:
-                step = _new_step_state(run, enc, now)
-                row = _step_params(step, enc.args, enc.kwargs, enc.value)
-                params.update({f"n_{k}": v for k, v in row.items()})
-                if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
-                    publish.append(step)
-            stmt = st.pg_pass(prepared.kind, bool(encoded.steps), ends)
-            pinned, fenced = conn.execute(stmt, params).one()
-            if not pinned:
-                return None
-            if not fenced:
-                raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+            new_run = replace(
+                new_run,
+                status=decision.run_status,
+                output=loads(encoded.output),
+                error=loads(encoded.error),
+                wake_at=None,
+            )
+        publish: list[StepState] = []
+        for enc in encoded.steps:
+            step = _new_step_state(run, enc, now)
+            row = _step_params(step, enc.args, enc.kwargs, enc.value)
+            params.update({f"n_{k}": v for k, v in row.items()})
+            if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
+                publish.append(step)
+        pinned, fenced = self._pass_write((prepared.kind, bool(encoded.steps), ends), params)
+        if not pinned:
+            return None
+        if not fenced:
+            raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
         return AdvanceResult(run=new_run, steps=publish, decision=decision)
+
+    def _pass_write(self, shape: tuple[str, bool, bool], params: dict[str, Any]) -> Any:
+        """The optimistic pass's one statement: (pinned, fenced)."""
+        direct = self._direct
+        if direct is not None:
+            with self._engine.connect() as conn:
+                found = direct.rows(conn, direct.pass_statement(self._st, *shape), params)
+            if found is not None:
+                return found[0].pinned, found[0].fenced
+        with self._one() as conn:
+            return conn.execute(self._st.pg_pass(*shape), params).one()
 
     def _advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
         st = self._st

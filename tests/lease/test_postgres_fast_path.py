@@ -1,4 +1,4 @@
-"""The PostgreSQL lease statements run straight on libpq (``pikku_celery.lease._pg``).
+"""The PostgreSQL lease statements run straight on libpq (``pikku_celery.libpq``).
 
 The conformance suite runs every rule through this path (and the cut line
 through a TCP proxy); these tests cover what is particular to it: prepared

@@ -1,19 +1,24 @@
-"""The PostgreSQL fast path: the lease statements straight on libpq.
+"""The PostgreSQL fast path: hot statements straight on libpq.
 
 Why: a lease operation is one short statement, and through SQLAlchemy and a
 psycopg cursor the client spent more time on it than the server did: ~200 µs
 of client CPU per operation (the execution context, converting and dumping
 parameters, prepared-statement bookkeeping), where this path takes about what
 a bare ``cursor.execute()`` of a parameterless UPDATE does (~100 µs on the
-benchmark machine, most of it the kernel's socket work).
+benchmark machine, most of it the kernel's socket work). A step's claim and
+its pass are the same story with wider rows: psycopg built a column
+description per row and per column, and re-parsed the pass statement on every
+call (it is longer than psycopg's query cache takes).
 
-So :class:`~pikku_celery.lease.sql.SQLLeaseService` compiles each statement
-once, with SQLAlchemy as before, into PostgreSQL's ``$n`` form, and runs it on
+So :class:`~pikku_celery.lease.sql.SQLLeaseService` and
+:class:`~pikku_celery.store.sql.SQLWorkflowStore` compile each hot statement
+once, with SQLAlchemy as before, into PostgreSQL's ``$n`` form, and run it on
 the psycopg connection's libpq handle (``psycopg.Connection.pgconn``, psycopg's
 public low-level API): a server-side prepared statement, text parameters, no
-cursor. Semantics do not change: the SQL is the same, each statement is its
-own transaction (libpq sends no BEGIN), and the service maps errors back to
-the SQLAlchemy exceptions the general path raises.
+cursor; rows come back through psycopg's own loaders. Semantics do not
+change: the SQL is the same, each statement is its own transaction (libpq
+sends no BEGIN), and :func:`run_direct` maps errors back to the SQLAlchemy
+exceptions the general path raises.
 
 Waiting is a ``poll()`` on the socket, so signals (Ctrl-C, Celery's soft time
 limit) are handled while a statement waits, as with psycopg's own wait.
@@ -22,13 +27,16 @@ limit) are handled while a statement waits, as with psycopg's own wait.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import select
 from collections.abc import Mapping
 from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 from psycopg import pq
+from psycopg.adapt import Transformer
 from psycopg.errors import error_from_result
 
 _BIND = re.compile(r"%\((\w+)\)s|%%")
@@ -41,6 +49,10 @@ _SQLSTATE = pq.DiagnosticField.SQLSTATE
 _NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: DEALLOCATE/DISCARD ran
 _DUPLICATE_STATEMENT = b"42P05"  # duplicate_prepared_statement: prepared already
 
+# Where the fast path keeps its per-connection state: in the pool's info dict
+# of the DBAPI connection, which SQLAlchemy clears when it reconnects.
+STATE_KEY = "pikku_pg"
+
 
 class PgStatement:
     """One statement compiled for libpq: ``$n`` parameters and their names in order.
@@ -48,11 +60,15 @@ class PgStatement:
     ``sql`` is the statement as SQLAlchemy renders it for psycopg, for error
     messages. The prepared statement's name is a hash of the text, so services
     sharing a connection share it, and one that differs gets its own.
+    ``defaults`` are the values of the statement's own constants (literal
+    values SQLAlchemy sends as parameters).
     """
 
-    __slots__ = ("name", "names", "query", "sql")
+    __slots__ = ("defaults", "name", "names", "query", "sql")
 
-    def __init__(self, sql: str) -> None:
+    def __init__(
+        self, sql: str, prefix: str = "pikku_", defaults: Mapping[str, object] | None = None
+    ) -> None:
         names: list[str] = []
 
         def number(m: re.Match[str]) -> str:
@@ -63,16 +79,17 @@ class PgStatement:
             return f"${names.index(m.group(1)) + 1}"
 
         self.sql = sql
+        self.defaults = dict(defaults or {})
         self.query = _BIND.sub(number, sql).encode()
         self.names = tuple(names)
         digest = hashlib.sha1(self.query, usedforsecurity=False).hexdigest()[:24]
-        self.name = f"pikku_lease_{digest}".encode()
+        self.name = f"{prefix}{digest}".encode()
 
 
 class PgConnection:
     """What the fast path keeps per psycopg connection: which statements it prepared."""
 
-    __slots__ = ("driver", "encoding", "named", "pgconn", "poll", "prepared")
+    __slots__ = ("driver", "encoding", "loader", "named", "pgconn", "poll", "prepared")
 
     def __init__(self, driver: psycopg.Connection[Any]) -> None:
         self.driver = driver
@@ -82,6 +99,7 @@ class PgConnection:
         # PgBouncer in transaction mode) gets unnamed statements instead.
         self.named = driver.prepare_threshold is not None
         self.prepared: set[bytes] = set()
+        self.loader = Transformer(driver)
         self.poll = select.poll()
         self.poll.register(self.pgconn.socket, select.POLLIN)
 
@@ -90,28 +108,43 @@ class PgConnection:
         status = self.pgconn.transaction_status
         return status in (_IDLE, _UNKNOWN)
 
-    def encode(self, params: Mapping[str, object], stmt: PgStatement) -> list[bytes] | None:
+    def encode(self, params: Mapping[str, object], stmt: PgStatement) -> list[bytes | None] | None:
         """Text-format parameters; None for a value this path does not send.
 
         (libpq reads text parameters up to a NUL byte, so a string with one,
         or one the connection's encoding cannot take, goes the general path,
         which refuses it.)
         """
-        out = []
+        out: list[bytes | None] = []
+        defaults = stmt.defaults
         for name in stmt.names:
-            value = params[name]
-            if type(value) is int:
-                out.append(b"%d" % value)
-            elif type(value) is str and "\x00" not in value:
+            value = params[name] if name in params else defaults[name]
+            if isinstance(value, str):
+                if "\x00" in value:
+                    return None
                 try:
                     out.append(value.encode(self.encoding))
                 except UnicodeEncodeError:
                     return None
+            elif value is None:
+                out.append(None)
+            elif isinstance(value, bool):  # before int: a bool is an int
+                out.append(b"t" if value else b"f")
+            elif isinstance(value, int):
+                out.append(b"%d" % value)
+            elif isinstance(value, float) and math.isfinite(value):
+                out.append(repr(value).encode())
             else:
                 return None
         return out
 
-    def execute(self, stmt: PgStatement, params: list[bytes]) -> pq.abc.PGresult:
+    def rows(self, res: pq.abc.PGresult) -> list[tuple[Any, ...]]:
+        """The result's rows as tuples, loaded by psycopg's own loaders."""
+        loader = self.loader
+        loader.set_pgresult(res)
+        return loader.load_rows(0, res.ntuples, tuple)
+
+    def execute(self, stmt: PgStatement, params: list[bytes | None]) -> pq.abc.PGresult:
         """Run ``stmt``; raise the psycopg error for a failed one."""
         pg = self.pgconn
         if not self.named:
@@ -160,3 +193,58 @@ class PgConnection:
             if res.status in _OK:
                 res = more
         return res
+
+
+def run_direct(
+    conn: sa.Connection, stmt: PgStatement, params: Mapping[str, object]
+) -> tuple[PgConnection, pq.abc.PGresult] | None:
+    """Run ``stmt`` on ``conn``'s psycopg connection, straight on libpq.
+
+    None: this call takes the general path instead (a value libpq cannot
+    take as text, execution event listeners to fire or ``echo`` on, a
+    transaction left open on the connection). Driver errors come out as
+    SQLAlchemy would raise them.
+    """
+    if conn._echo or _traced(conn):
+        # Tracing or SQL logging: SQLAlchemy fires the events and logs.
+        return None
+    fairy = conn.connection
+    try:
+        state: PgConnection | None = fairy.info.get(STATE_KEY)
+        driver = fairy.driver_connection
+        if state is None or state.driver is not driver:
+            state = fairy.info[STATE_KEY] = PgConnection(driver)  # type: ignore[arg-type]
+        if not state.usable():
+            return None
+        values = state.encode(params, stmt)
+        if values is None:
+            return None
+        return state, state.execute(stmt, values)
+    except psycopg.Error as err:
+        # What SQLAlchemy does with a driver error outside an execution
+        # context: the same exception types, the connection (and on a
+        # disconnect the pool) invalidated, handle_error events fired.
+        conn._handle_dbapi_exception(err, stmt.sql, dict(params), None, None)
+        raise AssertionError("unreachable") from err  # pragma: no cover - it always raises
+    except BaseException as err:
+        # Not the database's: an exception from a signal handler (Ctrl-C,
+        # Celery's soft time limit) while the statement ran. It propagates
+        # as it is, and the connection, whose line is now in an unknown
+        # state, is dropped.
+        if not conn.invalidated:
+            conn.invalidate(err)
+        raise
+
+
+def _traced(conn: sa.Connection) -> bool:
+    """Whether statement events are listened for (tracing, query logging).
+
+    Other events do not count: an engine made with
+    ``execution_options(isolation_level=...)`` listens for ``engine_connect``.
+    """
+    if not (conn._has_events or conn.engine._has_events):
+        return False
+    d = conn.dispatch
+    return bool(
+        d.before_execute or d.after_execute or d.before_cursor_execute or d.after_cursor_execute
+    )
