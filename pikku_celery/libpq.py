@@ -61,13 +61,18 @@ class PgStatement:
     messages. The prepared statement's name is a hash of the text, so services
     sharing a connection share it, and one that differs gets its own.
     ``defaults`` are the values of the statement's own constants (literal
-    values SQLAlchemy sends as parameters).
+    values SQLAlchemy sends as parameters); ``floats`` names the parameters
+    of a floating-point type (others take only integral floats).
     """
 
-    __slots__ = ("defaults", "name", "names", "query", "sql")
+    __slots__ = ("defaults", "floats", "name", "names", "query", "sql")
 
     def __init__(
-        self, sql: str, prefix: str = "pikku_", defaults: Mapping[str, object] | None = None
+        self,
+        sql: str,
+        prefix: str = "pikku_",
+        defaults: Mapping[str, object] | None = None,
+        floats: frozenset[str] = frozenset(),
     ) -> None:
         names: list[str] = []
 
@@ -80,6 +85,7 @@ class PgStatement:
 
         self.sql = sql
         self.defaults = dict(defaults or {})
+        self.floats = floats
         self.query = _BIND.sub(number, sql).encode()
         self.names = tuple(names)
         digest = hashlib.sha1(self.query, usedforsecurity=False).hexdigest()[:24]
@@ -133,7 +139,14 @@ class PgConnection:
             elif isinstance(value, int):
                 out.append(b"%d" % value)
             elif isinstance(value, float) and math.isfinite(value):
-                out.append(repr(value).encode())
+                if name in stmt.floats:
+                    out.append(repr(value).encode())
+                elif value.is_integer():
+                    # An integer parameter given a float: psycopg's binding
+                    # casts it, where its text would be refused.
+                    out.append(b"%d" % value)
+                else:
+                    return None
             else:
                 return None
         return out

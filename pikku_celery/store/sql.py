@@ -20,6 +20,7 @@ connection costs one failed call (the pool replaces it), never a wedged store.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -69,6 +70,7 @@ from .settle import SETTLED_CHANNEL, SettleListener
 from .statements import Fenced, dialect_of, statements
 
 DEADLOCK_RETRIES = 5
+NOTIFY_SETTLED = sa.text("SELECT pg_notify(:channel, :run_id)")
 UPGRADE_COMMAND = "pikku-celery db upgrade --database-url {url}"
 
 # --- rows -> values ----------------------------------------------------------
@@ -278,6 +280,26 @@ def _new_step_state(run: RunState, enc: EncodedStep, now: int) -> StepState:
     return step
 
 
+class _FirstPass:
+    """A new run's first pass, decided on the run as created. If the locked
+    pass takes over (the decision is more than the optimistic statement
+    writes) and finds the run untouched, it applies that same view and
+    decision instead of deciding again."""
+
+    def __init__(self, decide: Decide) -> None:
+        self._decide = decide
+        self.made: tuple[RunView, Decision] | None = None
+
+    def decide(self, view: RunView) -> Decision:
+        decision = self._decide(view)
+        self.made = (view, decision)
+        return decision
+
+    def reusable(self, run: RunState, steps: list[StepState], signals: dict[str, JSON]) -> bool:
+        made = self.made
+        return made is not None and run == made[0].run and not steps and not signals
+
+
 def _is_deadlock(exc: sa.exc.DBAPIError) -> bool:
     """A deadlock or serialisation failure: the whole pass may be retried."""
     orig = exc.orig
@@ -318,6 +340,15 @@ def check_schema(engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES) -
 
 CLAIM_VIEWS_KEPT = 1024
 CLAIM_VIEW_MARGIN_MS = 250
+FRESH_RUN_MS = 10_000  # a new run's first pass skips its read within this long
+
+
+def _remember(views: dict[Any, Any], key: Any, view: Any) -> None:
+    """Keep ``view`` for its pass; the oldest goes once CLAIM_VIEWS_KEPT are
+    kept (bodies that never came back, runs created but never advanced)."""
+    if len(views) >= CLAIM_VIEWS_KEPT:
+        views.pop(next(iter(views)), None)
+    views[key] = view
 
 
 @dataclass(frozen=True)
@@ -338,6 +369,14 @@ class _ClaimView:
         """Usable while the claim's first lease is surely live: until then no
         other attempt can have taken the step, so the view's fence holds."""
         return self.run.id == run_id and self.now() + CLAIM_VIEW_MARGIN_MS < self.lease_expires_at
+
+
+@dataclass(frozen=True)
+class _Passed:
+    """A run's steps as an optimistic pass of this store wrote them."""
+
+    version: int  # the run's version after that pass
+    steps: list[StepState]
 
 
 class _Row:
@@ -366,15 +405,18 @@ class _Direct:
         self._statement = PgStatement
         self.run = run_direct
         self.claim = self.compiled(claim_view)
-        self._passes: dict[tuple[str, bool, bool], Any] = {}
+        self.notify = self.compiled(NOTIFY_SETTLED)
+        self._passes: dict[tuple[str | None, bool, bool], Any] = {}
         self._names: dict[bytes, tuple[str, ...]] = {}
 
     def compiled(self, stmt: sa.ClauseElement) -> Any:
         c = stmt.compile(dialect=self._dialect)
-        constants = {k: b.value for k, b in c.binds.items() if not b.required}  # type: ignore[attr-defined]
-        return self._statement(c.string, defaults=constants)
+        binds = c.binds  # type: ignore[attr-defined]
+        constants = {k: b.value for k, b in binds.items() if not b.required}
+        floats = frozenset(k for k, b in binds.items() if isinstance(b.type, sa.Float))
+        return self._statement(c.string, defaults=constants, floats=floats)
 
-    def pass_statement(self, st: Any, kind: str, new_step: bool, ends: bool) -> Any:
+    def pass_statement(self, st: Any, kind: str | None, new_step: bool, ends: bool) -> Any:
         key = (kind, new_step, ends)
         found = self._passes.get(key)
         if found is None:
@@ -409,6 +451,13 @@ class SQLWorkflowStore:
         self._engine = engine
         self._settle: SettleListener | None = None
         self._claim_views: dict[tuple[str, int], _ClaimView] = {}
+        # Runs just created (PostgreSQL), by the creating thread: the first
+        # pass that thread takes needs no read (the engine's start()).
+        self._fresh_runs: dict[str, tuple[int, _ClaimView]] = {}
+        # The run's steps as this store's last optimistic pass left them, by
+        # the step that pass scheduled: that step's claim then reads only the
+        # run row, and takes the steps from here if the version still matches.
+        self._passed: dict[str, _Passed] = {}
         self._dialect = dialect_of(engine)
         self._st = statements(self._dialect)
         # PostgreSQL: single statements run in autocommit, which saves the
@@ -503,7 +552,11 @@ class SQLWorkflowStore:
                     conn.execute(st.run_insert, {**params, "created_at": now, "updated_at": now})
                 else:
                     now = int(conn.execute(st.run_insert_returning, params).scalar_one())
-                return _new_run_state(new, text, now), True
+            run = _new_run_state(new, text, now)
+            if self._st.pg_view is not None:
+                fresh = _ClaimView(run, [], now, False, time.monotonic(), now + FRESH_RUN_MS)
+                _remember(self._fresh_runs, run.id, (threading.get_ident(), fresh))
+            return run, True
         except sa.exc.IntegrityError:
             if new.idempotency_key is not None:
                 with self._one() as conn:
@@ -544,6 +597,7 @@ class SQLWorkflowStore:
 
     def _locked_run(self, conn: sa.Connection, run_id: str) -> tuple[RunState, int]:
         """Lock the run row for this transaction, then read the DB clock."""
+        self._fresh_runs.pop(run_id, None)  # about to change: its first pass must read
         row = conn.execute(self._st.run_lock, {"p_id": run_id}).first()
         if row is None:
             raise RunNotFoundError(f"no workflow run {run_id!r}")
@@ -611,11 +665,15 @@ class SQLWorkflowStore:
         if self._claim_batch is not None:
             return self._claim_batched(self._claim_batch, params)
         found = None
+        passed = None
+        if st.pg_claim_view is not None:
+            passed = self._passed.pop(step_id, None)
+            params["p_known"] = -1 if passed is None else passed.version
         if self._direct is not None:
             with self._engine.connect() as conn:
                 found = self._direct.rows(conn, self._direct.claim, params)
             if found:
-                return _step_from(self._keep_claim_view(found))
+                return _step_from(self._keep_claim_view(found, passed))
         with self._one() as conn:
             if st.pg_claim_view is not None:
                 # One statement: the guarded update, the new attempt row, the
@@ -625,7 +683,7 @@ class SQLWorkflowStore:
                 rows: Sequence[Any] | None = found
                 if rows is None:
                     rows = conn.execute(st.pg_claim_view, params).all()
-                row = self._keep_claim_view(rows) if rows else None
+                row = self._keep_claim_view(rows, passed) if rows else None
             elif st.pg_claim is not None:
                 row = conn.execute(st.pg_claim, params).first()
             elif self._dialect == "sqlite":
@@ -670,24 +728,29 @@ class SQLWorkflowStore:
             return None
         return _step_from(row)
 
-    def _keep_claim_view(self, rows: Sequence[Any]) -> Any:
+    def _keep_claim_view(self, rows: Sequence[Any], passed: _Passed | None) -> Any:
         """Remember the run as read by a PostgreSQL claim, for that attempt's pass."""
         head = rows[0]
         claimed = SimpleNamespace(
             **{k[2:]: v for k, v in head._mapping.items() if k.startswith("c_")}
         )
         step = _step_from(claimed)
-        steps = [step if r.id == step.id else _step_from(r) for r in rows if r.id is not None]
-        views = self._claim_views
-        if len(views) >= CLAIM_VIEWS_KEPT:  # bodies that never came back
-            views.pop(next(iter(views)), None)
-        views[(step.id, step.attempt)] = _ClaimView(
-            _run_from(head, "r_"),
-            steps,
-            int(head.db_now),
-            bool(head.has_signals),
-            time.monotonic(),
-            int(step.lease_expires_at or 0),
+        if passed is not None and head.r_version == passed.version:
+            # The claim read no steps: no pass has landed since ours.
+            steps = [step if s.id == step.id else s for s in passed.steps]
+        else:
+            steps = [step if r.id == step.id else _step_from(r) for r in rows if r.id is not None]
+        _remember(
+            self._claim_views,
+            (step.id, step.attempt),
+            _ClaimView(
+                _run_from(head, "r_"),
+                steps,
+                int(head.db_now),
+                bool(head.has_signals),
+                time.monotonic(),
+                int(step.lease_expires_at or 0),
+            ),
         )
         return claimed
 
@@ -792,10 +855,14 @@ class SQLWorkflowStore:
         for attempt in range(DEADLOCK_RETRIES):
             try:
                 done = None
+                first = None
                 if self._st.pg_view is not None and outcome is not None:
                     done = self._advance_optimistic(run_id, outcome, decide)
+                elif self._st.pg_view is not None and self._created_here(run_id):
+                    first = _FirstPass(decide)
+                    done = self._advance_optimistic(run_id, outcome, first.decide)
                 if done is None:
-                    done = self._advance(run_id, outcome, decide)
+                    done = self._advance(run_id, outcome, decide, first)
             except sa.exc.DBAPIError as exc:
                 if attempt + 1 == DEADLOCK_RETRIES or not _is_deadlock(exc):
                     raise
@@ -812,12 +879,14 @@ class SQLWorkflowStore:
     # --- waiting for a run to settle (PostgreSQL LISTEN/NOTIFY) ---------------
     def _notify_settled(self, run_id: str) -> None:
         """Tell waiting ``RunHandle.wait`` calls, once per run, after commit."""
+        params = {"channel": SETTLED_CHANNEL, "run_id": run_id}
         try:
+            if self._direct is not None:
+                with self._engine.connect() as conn:
+                    if self._direct.rows(conn, self._direct.notify, params) is not None:
+                        return
             with self._one() as conn:
-                conn.execute(
-                    sa.text("SELECT pg_notify(:channel, :run_id)"),
-                    {"channel": SETTLED_CHANNEL, "run_id": run_id},
-                )
+                conn.execute(NOTIFY_SETTLED, params)
         except sa.exc.DBAPIError:
             pass  # waiters re-check the run's status at least every second
 
@@ -833,8 +902,12 @@ class SQLWorkflowStore:
         with self._settle.watch(run_id) as wait:
             yield wait
 
+    def _created_here(self, run_id: str) -> bool:
+        """Whether this thread created ``run_id`` and has not advanced it yet."""
+        return self._fresh_runs.get(run_id, (0, None))[0] == threading.get_ident()
+
     def _advance_optimistic(
-        self, run_id: str, outcome: StepOutcome, decide: Decide
+        self, run_id: str, outcome: StepOutcome | None, decide: Decide
     ) -> AdvanceResult | None:
         """PostgreSQL's hot path: one unlocked read, then the whole pass as one
         version-checked statement (:meth:`.statements.Statements.pg_pass`), both in
@@ -848,7 +921,12 @@ class SQLWorkflowStore:
         """
         st = self._st
         assert st.pg_view is not None
-        kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
+        if outcome is None:  # a run this thread just created: nothing to read
+            kept = self._fresh_runs.pop(run_id, (0, None))[1]
+            if kept is None or not kept.still_ours(run_id):
+                return None
+        else:
+            kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
         if kept is not None and kept.still_ours(run_id):
             # Read at claim time; "now" moves on by this process's
             # monotonic clock, anchored on the database's.
@@ -866,7 +944,11 @@ class SQLWorkflowStore:
             has_signals = bool(head.has_signals)
         if run.status.terminal:
             return None
-        prepared = _prepare_outcome(steps, outcome, now)
+        prepared = (
+            _PreparedOutcome("", {"p_now": now}, steps)  # kind "": no outcome
+            if outcome is None
+            else _prepare_outcome(steps, outcome, now)
+        )
         signals: dict[str, JSON] = {}
         if has_signals:
             with self._one() as conn:
@@ -920,14 +1002,20 @@ class SQLWorkflowStore:
             params.update({f"n_{k}": v for k, v in row.items()})
             if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
                 publish.append(step)
-        pinned, fenced = self._pass_write((prepared.kind, bool(encoded.steps), ends), params)
+        pinned, fenced = self._pass_write(
+            (prepared.kind or None, bool(encoded.steps), ends), params
+        )
         if not pinned:
             return None
         if not fenced:
+            assert outcome is not None  # a pass without one is fenced by its pin
             raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+        if len(publish) == 1 and len(encoded.steps) == 1:
+            after = _Passed(new_run.version, [*prepared.steps, publish[0]])
+            _remember(self._passed, publish[0].id, after)
         return AdvanceResult(run=new_run, steps=publish, decision=decision)
 
-    def _pass_write(self, shape: tuple[str, bool, bool], params: dict[str, Any]) -> Any:
+    def _pass_write(self, shape: tuple[str | None, bool, bool], params: dict[str, Any]) -> Any:
         """The optimistic pass's one statement: (pinned, fenced)."""
         direct = self._direct
         if direct is not None:
@@ -938,7 +1026,13 @@ class SQLWorkflowStore:
         with self._one() as conn:
             return conn.execute(self._st.pg_pass(*shape), params).one()
 
-    def _advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
+    def _advance(
+        self,
+        run_id: str,
+        outcome: StepOutcome | None,
+        decide: Decide,
+        first: _FirstPass | None = None,
+    ) -> AdvanceResult:
         st = self._st
         with self._engine.begin() as conn:
             # Lock first, read after: the read must see every pass committed
@@ -961,8 +1055,11 @@ class SQLWorkflowStore:
             if has_signals:
                 for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
                     signals[name] = loads(payload)
-            view = RunView(run=run, steps=steps, signals=signals, now=now)
-            decision = decide(view)
+            if first is not None and first.made is not None and first.reusable(run, steps, signals):
+                view, decision = first.made  # the run as created, and its clock
+            else:
+                view = RunView(run=run, steps=steps, signals=signals, now=now)
+                decision = decide(view)
             return self._apply_decision(conn, run, view, decision)
 
     def _apply_outcome(

@@ -357,7 +357,13 @@ class Statements:
                 )
                 .select_from(
                     claimed.join(claim_head, sa.true()).outerjoin(
-                        S, S.c.run_id == claim_head.c.r_id
+                        # Not when the claimer already knows the run at this
+                        # version (it wrote the last pass itself).
+                        S,
+                        sa.and_(
+                            S.c.run_id == claim_head.c.r_id,
+                            claim_head.c.r_version != _p("known", sa.BigInteger()),
+                        ),
                     )
                 )
                 .order_by(S.c.seq)
@@ -567,7 +573,7 @@ class Statements:
         )
 
     @functools.lru_cache(maxsize=16)  # noqa: B019 - one instance per dialect, kept for good
-    def pg_pass(self, kind: str, new_step: bool, ends: bool) -> sa.Select[Any]:
+    def pg_pass(self, kind: str | None, new_step: bool, ends: bool) -> sa.Select[Any]:
         """A whole pass as ONE PostgreSQL statement (the optimistic hot path).
 
         ``pinned`` locks the run row only if its version is still the one the
@@ -576,6 +582,7 @@ class Statements:
         outcome; the new step needs the run update. Returns (pinned, fenced):
         (0, 0) the version moved and nothing was written; (1, 0) the outcome
         was superseded and nothing was written; (1, 1) the pass landed.
+        ``kind`` None: a pass without an outcome (a new run's first pass).
         """
         at = _p("now", sa.BigInteger())
         pinned = (
@@ -584,20 +591,23 @@ class Statements:
             .with_for_update()
             .cte("pinned")
         )
-        step_values, attempt_values = _outcome_values(kind, at)
-        outcome = (
-            sa.update(S)
-            .where(*FENCE, sa.exists(sa.select(pinned.c.id)))
-            .values(**step_values)
-            .returning(S.c.id, S.c.attempt)
-            .cte("outcome")
-        )
-        outcome_attempt = (
-            sa.update(A)
-            .where(A.c.step_id == outcome.c.id, A.c.attempt == outcome.c.attempt)
-            .values(**attempt_values, finished_at=at)
-            .cte("outcome_attempt")
-        )
+        ctes: list[Any] = []
+        outcome: Any = pinned
+        if kind is not None:
+            step_values, attempt_values = _outcome_values(kind, at)
+            outcome = (
+                sa.update(S)
+                .where(*FENCE, sa.exists(sa.select(pinned.c.id)))
+                .values(**step_values)
+                .returning(S.c.id, S.c.attempt)
+                .cte("outcome")
+            )
+            ctes.append(
+                sa.update(A)
+                .where(A.c.step_id == outcome.c.id, A.c.attempt == outcome.c.attempt)
+                .values(**attempt_values, finished_at=at)
+                .cte("outcome_attempt")
+            )
         run_values: dict[str, Any] = {
             "version": R.c.version + 1,
             "updated_at": at,
@@ -619,7 +629,7 @@ class Statements:
             .returning(R.c.id)
             .cte("passed")
         )
-        ctes: list[Any] = [outcome_attempt, passed]
+        ctes.append(passed)
         if new_step:
             cols = list(S.c)
             recorded = (

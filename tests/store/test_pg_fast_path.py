@@ -1,0 +1,193 @@
+"""The store's claim and optimistic pass run straight on libpq (``pikku_celery.libpq``).
+
+The conformance suite checks what a claim and a pass do, whichever path they
+take; these tests check how the store takes the fast one. Both statements
+are server-side prepared statements of the store's own (``pikku_``, not the
+lease service's ``pikku_lease_``); statement listeners still see them (the
+general path); a connection killed under them costs one failed call, with
+nothing half-written, and the next call reconnects; statements the server
+forgot (``DEALLOCATE ALL``) are prepared again on the same connection.
+
+Every test runs on an engine whose pool holds one connection, so the
+connection looked at is the one the store ran on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from pikku_celery.store import AdvanceResult, Decision, RunView, StepOutcome, StepStatus
+from pikku_celery.store.sql import SQLWorkflowStore, _Direct
+from tests.helpers import wait_until
+from tests.store.conftest import wipe
+from tests.store.support import TASK, claim, make_tasks, task
+
+
+@pytest.fixture
+def store(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
+    engine = sa.create_engine(store_pg_engine.url, pool_size=1, max_overflow=0)
+    wipe(engine)
+    yield SQLWorkflowStore(engine)
+    engine.dispose()
+
+
+def direct(store: SQLWorkflowStore) -> _Direct:
+    assert store._direct is not None
+    return store._direct
+
+
+def claim_sql(store: SQLWorkflowStore) -> Any:
+    return direct(store).claim
+
+
+def pass_sql(store: SQLWorkflowStore) -> Any:
+    """The pass a completed step and one new step make (``cycle``'s)."""
+    return direct(store).pass_statement(store._st, "complete", True, False)
+
+
+def decide(view: RunView) -> Decision:
+    return Decision(new_steps=[task("next", 1)])
+
+
+def outcome(step_id: str, attempt: int = 1) -> StepOutcome:
+    return StepOutcome(step_id, attempt, ok=True, result={"r": 1})
+
+
+def check_passed(store: SQLWorkflowStore, run_id: str, result: AdvanceResult) -> None:
+    """The step succeeded; the next one is recorded, scheduled and handed back."""
+    first, nxt = store.get_steps(run_id)
+    assert (first.status, first.result) == (StepStatus.SUCCEEDED, {"r": 1})
+    assert (nxt.name, nxt.status) == ("next", StepStatus.SCHEDULED)
+    assert [s.id for s in result.steps] == [nxt.id]
+    assert [a.status.value for a in store.get_attempts(run_id)] == ["succeeded"]
+
+
+def cycle(store: SQLWorkflowStore) -> None:
+    """A new run's step: claimed, then passed with one new step."""
+    run, [step] = make_tasks(store, 1)
+    got = claim(store, step, "w")
+    assert got.attempt == 1 and got.status == StepStatus.RUNNING
+    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+
+
+@contextmanager
+def driver_of(engine: sa.Engine) -> Iterator[psycopg.Connection[Any]]:
+    """The psycopg connection the store runs on (its pool holds just one)."""
+    fairy = engine.raw_connection()
+    try:
+        driver = fairy.driver_connection
+        assert isinstance(driver, psycopg.Connection)
+        yield driver
+    finally:
+        fairy.close()
+
+
+def prepared(engine: sa.Engine) -> set[str]:
+    """The store's and the lease service's prepared statements on that connection."""
+    with driver_of(engine) as driver:
+        rows = driver.execute("SELECT name FROM pg_prepared_statements").fetchall()
+    return {name for (name,) in rows if name.startswith("pikku_")}
+
+
+def backend_pid(engine: sa.Engine) -> int:
+    with driver_of(engine) as driver:
+        return driver.info.backend_pid
+
+
+def terminate(admin: sa.Engine, pid: int) -> None:
+    with admin.connect() as conn:
+        conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        conn.commit()
+
+    def gone() -> bool:
+        with admin.connect() as conn:
+            row = conn.execute(
+                sa.text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).first()
+        return row is None
+
+    wait_until(gone, timeout=10)
+
+
+def test_claim_and_pass_run_as_the_stores_prepared_statements(store: SQLWorkflowStore) -> None:
+    cycle(store)
+    names = prepared(store.engine)
+    assert {claim_sql(store).name.decode(), pass_sql(store).name.decode()} <= names
+    assert not any(n.startswith("pikku_lease_") for n in names)
+
+
+def test_statement_listeners_see_the_claim_and_the_pass(store: SQLWorkflowStore) -> None:
+    seen: list[str] = []
+
+    def record(conn: sa.Connection, cursor: Any, statement: str, *rest: Any) -> None:
+        seen.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    cycle(store)
+    assert seen.count(claim_sql(store).sql) == 1
+    assert seen.count(pass_sql(store).sql) == 1
+    assert prepared(store.engine) == set()  # nothing went the fast path
+
+
+def test_a_killed_connection_fails_one_claim_then_reconnects(
+    store: SQLWorkflowStore, store_pg_engine: sa.Engine
+) -> None:
+    cycle(store)  # the statements are prepared on the connection
+    run, [step] = make_tasks(store, 1)
+    pid = backend_pid(store.engine)
+    terminate(store_pg_engine, pid)
+
+    with pytest.raises(sa.exc.OperationalError) as info:
+        store.claim_step(step.id, TASK, "w", 60_000)
+    assert info.value.connection_invalidated
+    assert isinstance(info.value.orig, psycopg.OperationalError)
+    assert info.value.statement == claim_sql(store).sql
+    assert store.get_step(step.id) == step  # not claimed
+    assert store.get_attempts(run.id) == []
+
+    assert claim(store, step, "w").attempt == 1
+    assert backend_pid(store.engine) != pid
+    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+    assert claim_sql(store).name.decode() in prepared(store.engine)
+
+
+def test_a_killed_connection_fails_one_pass_then_reconnects(
+    store: SQLWorkflowStore, store_pg_engine: sa.Engine
+) -> None:
+    cycle(store)
+    run, [step] = make_tasks(store, 1)
+    running = claim(store, step, "w")
+    before = store.get_run(run.id)
+    pid = backend_pid(store.engine)
+    terminate(store_pg_engine, pid)
+
+    with pytest.raises(sa.exc.OperationalError) as info:
+        store.advance(run.id, outcome(step.id), decide)
+    assert info.value.connection_invalidated
+    assert info.value.statement == pass_sql(store).sql
+    assert store.get_run(run.id) == before  # nothing written
+    assert store.get_steps(run.id) == [running]
+    assert [a.status.value for a in store.get_attempts(run.id)] == ["running"]
+
+    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+    assert backend_pid(store.engine) != pid
+    assert pass_sql(store).name.decode() in prepared(store.engine)
+
+
+def test_statements_the_server_forgot_are_prepared_again(store: SQLWorkflowStore) -> None:
+    cycle(store)
+    pid = backend_pid(store.engine)
+    with driver_of(store.engine) as driver:
+        driver.execute("DEALLOCATE ALL")
+    assert prepared(store.engine) == set()
+
+    cycle(store)
+    names = prepared(store.engine)
+    assert {claim_sql(store).name.decode(), pass_sql(store).name.decode()} <= names
+    assert backend_pid(store.engine) == pid  # the same connection, not a new one
