@@ -67,7 +67,7 @@ from .rules import (
 )
 from .schema import STORE_TABLES
 from .settle import SETTLED_CHANNEL, SettleListener
-from .statements import Fenced, dialect_of, statements
+from .statements import CLAIM_VIEW_STEPS, Fenced, dialect_of, statements
 
 DEADLOCK_RETRIES = 5
 NOTIFY_SETTLED = sa.text("SELECT pg_notify(:channel, :run_id)")
@@ -738,6 +738,8 @@ class SQLWorkflowStore:
         if passed is not None and head.r_version == passed.version:
             # The claim read no steps: no pass has landed since ours.
             steps = [step if s.id == step.id else s for s in passed.steps]
+        elif len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
+            return claimed  # a big run: the claim read at most its first steps
         else:
             steps = [step if r.id == step.id else _step_from(r) for r in rows if r.id is not None]
         _remember(

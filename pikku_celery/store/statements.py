@@ -27,6 +27,10 @@ R, S, A, G = run_table, step_table, attempt_table, signal_table
 TERMINAL = [RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value]
 
 
+# The most steps a PostgreSQL claim reads for its pass (bigger runs' passes read).
+CLAIM_VIEW_STEPS = 64
+
+
 def _p(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParameter[Any]:
     """A named bind parameter; all are prefixed ``p_`` so none clashes with
     the automatic parameters of a SET or VALUES clause."""
@@ -349,24 +353,31 @@ class Statements:
                 .where(R.c.id == claimed.c.run_id)
                 .subquery("claim_head")
             )
+            # At most CLAIM_VIEW_STEPS + 1 steps: a bigger run's claim does
+            # not carry it whole (its pass reads it itself), and none when the
+            # step's own position shows the run is bigger, or when the claimer
+            # already knows the run at this version (it wrote the last pass).
+            recorded_steps = (
+                sa.select(S)
+                .where(
+                    S.c.run_id == claim_head.c.r_id,
+                    claimed.c.seq < CLAIM_VIEW_STEPS,
+                    claim_head.c.r_version != _p("known", sa.BigInteger()),
+                )
+                .order_by(S.c.seq)
+                .limit(CLAIM_VIEW_STEPS + 1)
+                .lateral("recorded_steps")
+            )
             self.pg_claim_view = (
                 sa.select(
                     *[c.label(f"c_{c.name}") for c in claimed.c],
                     claim_head,
-                    S,
+                    recorded_steps,
                 )
                 .select_from(
-                    claimed.join(claim_head, sa.true()).outerjoin(
-                        # Not when the claimer already knows the run at this
-                        # version (it wrote the last pass itself).
-                        S,
-                        sa.and_(
-                            S.c.run_id == claim_head.c.r_id,
-                            claim_head.c.r_version != _p("known", sa.BigInteger()),
-                        ),
-                    )
+                    claimed.join(claim_head, sa.true()).outerjoin(recorded_steps, sa.true())
                 )
-                .order_by(S.c.seq)
+                .order_by(recorded_steps.c.seq)
                 .add_cte(superseded, recorded)
             )
 
