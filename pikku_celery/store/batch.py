@@ -41,6 +41,12 @@ class Batch:
     def __init__(self, dialect: sa.Dialect, statements: Sequence[sa.ClauseElement | str]) -> None:
         self._positional = dialect.positional
         self._compiled: list[tuple[str, SQLCompiler]] = []
+        # PyMySQL (pyformat): the statements' own constants are rendered into
+        # the text once, so a call binds (and escapes) only the caller's
+        # values, with no per-call construct_params; measured at ~35 µs of
+        # a claim's client time.
+        self._inline = dialect.driver == "pymysql" and not self._positional
+        self._names: list[tuple[str, str]] = []  # (placeholder, caller's name)
         parts = []
         for i, stmt in enumerate(statements):
             if isinstance(stmt, str):
@@ -49,15 +55,32 @@ class Batch:
             compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
             prefix = f"b{i}_"
             text = str(compiled)
-            if not self._positional:
+            if self._inline:
+                text = self._render(compiled, prefix, text)
+            elif not self._positional:
                 text = _NAMED.sub(rf"%({prefix}\1)s", text)
             parts.append(text)
             self._compiled.append((prefix, compiled))
         self.sql = ";\n".join(parts)
         self.commits = parts[-1].strip().upper() == "COMMIT"
 
+    def _render(self, compiled: SQLCompiler, prefix: str, text: str) -> str:
+        return _NAMED.sub(lambda m: self._bind(compiled, prefix, m[1]), text)
+
+    def _bind(self, compiled: SQLCompiler, prefix: str, name: str) -> str:
+        """A placeholder for the caller's value, or the constant's own literal."""
+        bind = compiled.binds[name]
+        if bind.required or bind.callable is not None:
+            self._names.append((prefix + name, name))
+            return f"%({prefix}{name})s"
+        from pymysql.converters import escape_item
+
+        return str(escape_item(bind.value, "utf8mb4")).replace("%", "%%")
+
     def parameters(self, params: Mapping[str, Any]) -> Any:
         """The driver's parameters for the whole batch, in its paramstyle."""
+        if self._inline:
+            return {placeholder: params[name] for placeholder, name in self._names}
         if self._positional:
             values: list[Any] = []
             for _, c in self._compiled:

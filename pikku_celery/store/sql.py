@@ -65,11 +65,13 @@ from .rules import (
     encode_decision,
     lease_expired_error,
 )
-from .schema import STORE_TABLES
+from .schema import STORE_TABLES, step_table
 from .settle import SETTLED_CHANNEL, SettleListener
 from .statements import CLAIM_VIEW_STEPS, Fenced, dialect_of, statements
 
 DEADLOCK_RETRIES = 5
+# The columns of MySQL's packed claim read back (statements.mysql_claim_batch).
+_PACKED_CLAIM = (*(c.name for c in step_table.c), "claimed_here")
 NOTIFY_SETTLED = sa.text("SELECT pg_notify(:channel, :run_id)")
 UPGRADE_COMMAND = "pikku-celery db upgrade --database-url {url}"
 
@@ -548,13 +550,15 @@ class SQLWorkflowStore:
                         return _run_from(row), False
                 params = _run_params(new, text)
                 if self._dialect == "mysql":
-                    now = int(conn.execute(st.now).scalar_one())
+                    now = updated = int(conn.execute(st.now).scalar_one())
                     conn.execute(st.run_insert, {**params, "created_at": now, "updated_at": now})
                 else:
-                    now = int(conn.execute(st.run_insert_returning, params).scalar_one())
-            run = _new_run_state(new, text, now)
+                    now, updated = conn.execute(st.run_insert_returning, params).one()
+            run = replace(_new_run_state(new, text, int(now)), updated_at=int(updated))
             if self._st.pg_view is not None:
-                fresh = _ClaimView(run, [], now, False, time.monotonic(), now + FRESH_RUN_MS)
+                fresh = _ClaimView(
+                    run, [], run.updated_at, False, time.monotonic(), run.updated_at + FRESH_RUN_MS
+                )
                 _remember(self._fresh_runs, run.id, (threading.get_ident(), fresh))
             return run, True
         except sa.exc.IntegrityError:
@@ -716,10 +720,11 @@ class SQLWorkflowStore:
     def _claim_batched(self, batch: Batch, params: dict[str, Any]) -> StepState | None:
         """MySQL: the claim's batch (statements.mysql_claim_batch), one round trip."""
         with self._engine.connect() as conn:
-            _, rows, names = run_batch(conn, batch, params)[-2]
-        if not rows or names is None:
+            _, rows, _names = run_batch(conn, batch, params)[-2]
+        if not rows:
             return None
-        row = SimpleNamespace(**dict(zip(names, rows[0], strict=True)))
+        row = SimpleNamespace(**dict(zip(_PACKED_CLAIM, json.loads(rows[0][0]), strict=True)))
+        row.retry_delay, row.backoff = float(row.retry_delay), float(row.backoff)
         if not row.claimed_here:
             if row.task_name != params["p_task"]:
                 raise WorkflowStepFunctionMismatchError(

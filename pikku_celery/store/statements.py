@@ -181,7 +181,11 @@ class Statements:
         )
         self.run_insert = sa.insert(R)
         self.run_insert_returning = (
-            sa.insert(R).values(created_at=now, updated_at=now).returning(R.c.created_at)
+            # both columns back: each reads the clock, and the two reads
+            # may fall in different milliseconds
+            sa.insert(R)
+            .values(created_at=now, updated_at=now)
+            .returning(R.c.created_at, R.c.updated_at)
         )
         not_terminal = _not_terminal(R)
         self.run_cancel = (
@@ -714,10 +718,14 @@ class Statements:
         batch: list[sa.ClauseElement | str] = [self.claim]
         if not inline_row_count:
             batch.append("SET @pikku_claimed := ROW_COUNT()")
+        # The read back as ONE JSON array (the step's columns, then the
+        # verdict): the driver then parses one column description instead of
+        # 25, measured at ~0.1 ms of the client's time per claim.
+        packed = sa.func.json_array(*S.c, claimed_here)
         return [
             *batch,
             attempt_rows,
-            sa.select(S, claimed_here.label("claimed_here")).where(S.c.id == _p("id")),
+            sa.select(packed.label("packed")).where(S.c.id == _p("id")),
             "COMMIT",
         ]
 

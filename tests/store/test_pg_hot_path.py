@@ -1,0 +1,362 @@
+"""PostgreSQL's hot path skips reads it can do without; these tests pin when.
+
+Three shortcuts save the pass's read, and each must give ``decide`` the view
+a read would have given, or read after all:
+
+A. A new run's first pass, taken by the thread that created the run, is one
+   version-checked statement decided on the run as created. A decision that
+   statement cannot write (several new steps) goes to the locked pass, which
+   reuses that view and decision (``decide`` runs once). Another thread's
+   pass, or a locked change in between (a signal, a cancel request), reads.
+B. The claim of a step this store's own optimistic pass scheduled sends the
+   run's version as that pass left it; the claim then returns no step rows
+   and the pass takes the steps it remembered. If another store (another
+   worker process) passed the run since, the version moved and the claim
+   reads the steps.
+C. A claim carries at most ``CLAIM_VIEW_STEPS`` steps of its run, none when
+   the claimed step's ``seq`` shows the run is bigger; a bigger run's pass
+   then reads the run itself.
+
+The conformance suite checks results whichever path a pass takes; these
+tests check the path, by counting round trips (and rows) on the wire, and
+that the view given to ``decide`` matches what the database holds.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
+
+import pytest
+import sqlalchemy as sa
+
+from pikku_celery.store import (
+    Decision,
+    NewRun,
+    RunState,
+    RunView,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
+from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.statements import CLAIM_VIEW_STEPS
+from tests.store.conftest import wipe
+from tests.store.support import TASK, claim, make_tasks, names, race, task
+
+T = TypeVar("T")
+
+
+def _one_connection_store(url: sa.URL) -> tuple[SQLWorkflowStore, sa.Engine]:
+    engine = sa.create_engine(url, pool_size=1, max_overflow=0)
+    return SQLWorkflowStore(engine), engine
+
+
+@pytest.fixture
+def store(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
+    """A store on a pool of one connection: the one the trace looks at."""
+    wipe(store_pg_engine)
+    made, engine = _one_connection_store(store_pg_engine.url)
+    yield made
+    engine.dispose()
+
+
+@pytest.fixture
+def other(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
+    """Another store on the same database: another worker process."""
+    made, engine = _one_connection_store(store_pg_engine.url)
+    yield made
+    engine.dispose()
+
+
+def on_wire(engine: sa.Engine, fn: Callable[[], T]) -> tuple[T, list[str]]:
+    """``fn()``, and the libpq trace of the engine's one connection meanwhile."""
+    with engine.connect() as conn:
+        pgconn = conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+    fd, path = tempfile.mkstemp()
+    try:
+        pgconn.trace(fd)
+        try:
+            value = fn()
+        finally:
+            pgconn.untrace()
+        with open(path) as f:
+            return value, f.read().splitlines()
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def round_trips(lines: list[str]) -> int:
+    """The client's Query/Sync messages: one per round trip."""
+    return sum(1 for line in lines if "\tF\t" in line and ("\tQuery\t" in line or "\tSync" in line))
+
+
+def data_rows(lines: list[str]) -> int:
+    """The rows the server sent."""
+    return sum(1 for line in lines if "\tB\t" in line and "\tDataRow\t" in line)
+
+
+def warm_up(store: SQLWorkflowStore) -> None:
+    """Prepare the fast path's statements on the connection (a statement's
+    first run on a connection costs one more round trip): a new run's first
+    pass, a claim, and passes with an outcome, with and without a new step."""
+    run, [first] = make_tasks(store, 1)
+    got = claim(store, first, "warm")
+    store.advance(run.id, ok(got), lambda view: Decision(new_steps=[task("next", 1)]))
+    nxt = store.get_steps(run.id)[1]
+    store.advance(run.id, ok(claim(store, nxt, "warm")), lambda view: Decision())
+
+
+def ok(step: StepState, result: Any = None) -> StepOutcome:
+    return StepOutcome(step.id, step.attempt, ok=True, result=result)
+
+
+def current(store: SQLWorkflowStore, run_id: str) -> RunState:
+    run = store.get_run(run_id)
+    assert run is not None
+    return run
+
+
+def new_run(store: SQLWorkflowStore) -> RunState:
+    """A new run; the state ``create_run`` returns is its stored row."""
+    run, created = store.create_run(NewRun(workflow="wf", input={"n": 1, "xs": [1.5, "a"]}))
+    assert created
+    return run
+
+
+def test_create_run_returns_the_stored_row(store: SQLWorkflowStore) -> None:
+    """The INSERT reads the clock once per column; the two reads may straddle a
+    millisecond, and the state returned must still be the row (the first
+    pass's shortcut compares them)."""
+    for _ in range(300):
+        run = new_run(store)
+        assert current(store, run.id) == run
+
+
+class Decider:
+    """``decide`` that records every view it is given."""
+
+    def __init__(self, decision: Callable[[RunView], Decision]) -> None:
+        self.decision = decision
+        self.views: list[RunView] = []
+
+    def __call__(self, view: RunView) -> Decision:
+        self.views.append(view)
+        return self.decision(view)
+
+
+def next_step(seq: int) -> Decider:
+    return Decider(lambda view: Decision(new_steps=[task(f"s{seq}", seq)]))
+
+
+# --- A: a new run's first pass ------------------------------------------------
+
+
+def test_first_pass_of_a_new_run_is_one_round_trip(store: SQLWorkflowStore) -> None:
+    warm_up(store)
+    run = new_run(store)
+    decide = next_step(0)
+    result, wire = on_wire(store.engine, partial(store.advance, run.id, None, decide))
+    assert round_trips(wire) == 1
+    [view] = decide.views
+    assert (view.run, view.steps, view.signals) == (run, [], {})
+    [step] = store.get_steps(run.id)
+    assert (step.name, step.task_name, step.seq) == ("s0", TASK, 0)
+    assert step.status == StepStatus.SCHEDULED
+    assert result.steps == [step]  # published as recorded
+    assert result.run.version == 2
+    assert result.run == current(store, run.id)
+
+
+def test_first_pass_with_several_steps_decides_once(store: SQLWorkflowStore) -> None:
+    """The optimistic statement writes one step: the locked pass takes over,
+    finds the run as created and applies the decision already made."""
+    run = new_run(store)
+    decide = Decider(lambda view: Decision(new_steps=[task(f"p{i}", i) for i in range(3)]))
+    result = store.advance(run.id, None, decide)
+    assert len(decide.views) == 1
+    assert decide.views[0].run == run and decide.views[0].steps == []
+    steps = store.get_steps(run.id)
+    assert names(steps) == ["p0", "p1", "p2"]
+    assert all(s.status == StepStatus.SCHEDULED for s in steps)
+    assert result.steps == steps
+    assert result.run.version == 2
+    assert result.run == current(store, run.id)
+
+
+def test_first_pass_from_another_thread_reads_the_run(
+    store: SQLWorkflowStore, other: SQLWorkflowStore
+) -> None:
+    """Only the creating thread skips the read. Here another process signals
+    the run first: a pass from another thread must see that signal."""
+    run = new_run(store)
+    other.send_signal(run.id, "go", {"v": 1})
+    decide = next_step(0)
+    [(status, result)] = race(lambda: store.advance(run.id, None, decide))
+    assert status == "ok", result
+    [view] = decide.views  # read, not guessed (a guess would be decided again)
+    assert view.signals == {"go": {"v": 1}}
+    assert view.run.version == 2
+    assert result.run.version == 3 == current(store, run.id).version
+    assert names(store.get_steps(run.id)) == ["s0"]
+
+    # The creating thread's pass comes after: it must see the other's step.
+    # (Today it first decides on the run as created, whose entry the other
+    # thread's pass left behind; that statement misses, the version moved,
+    # and the locked pass decides again. Only the last view counts.)
+    again = Decider(lambda view: Decision(new_steps=[task("s1", 1)]))
+    later = store.advance(run.id, None, again)
+    assert [names(v.steps) for v in again.views][-1] == ["s0"]
+    assert later.run.version == 4 == current(store, run.id).version
+    assert names(store.get_steps(run.id)) == ["s0", "s1"]
+
+
+@pytest.mark.parametrize("change", ["signal", "cancel"])
+def test_a_locked_change_after_create_makes_the_first_pass_read(
+    store: SQLWorkflowStore, change: str
+) -> None:
+    run = new_run(store)
+    if change == "signal":
+        store.send_signal(run.id, "go", {"v": 1})
+    else:
+        store.request_cancel(run.id)
+    decide = next_step(0)
+    result = store.advance(run.id, None, decide)
+    [view] = decide.views  # read once, not decided on the run as created first
+    assert view.run.version == 2
+    if change == "signal":
+        assert view.signals == {"go": {"v": 1}}
+    else:
+        assert view.run.cancel_requested
+    assert result.run.version == 3 == current(store, run.id).version
+    assert names(store.get_steps(run.id)) == ["s0"]
+
+
+# --- B: a claim after this store's own pass ----------------------------------
+
+
+def test_claim_after_own_pass_takes_the_remembered_steps(store: SQLWorkflowStore) -> None:
+    """Each claim is one round trip returning one row (the step and its run,
+    no steps), each pass one round trip, and the steps given to ``decide``
+    are those the database holds."""
+    warm_up(store)
+    run, [step] = make_tasks(store, 1)
+    for i in range(1, 6):
+        got, wire = on_wire(store.engine, partial(claim, store, step, "w"))
+        assert (round_trips(wire), data_rows(wire)) == (1, 1), f"claim of {step.name}"
+        decide = next_step(i)
+        _, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got, {"i": i}), decide))
+        assert round_trips(wire) == 1, f"pass after {step.name}"
+        [view] = decide.views
+        *before, step = store.get_steps(run.id)
+        assert view.steps == before  # the remembered steps, the outcome applied
+        assert [(s.name, s.status, s.result) for s in view.steps] == [
+            (f"s{j}", StepStatus.SUCCEEDED, {"i": j + 1}) for j in range(i)
+        ]
+        assert (step.name, step.status) == (f"s{i}", StepStatus.SCHEDULED)
+        assert view.run.version == i + 1
+    assert current(store, run.id).version == 7
+
+
+def test_claim_after_another_stores_pass_reads_the_steps(
+    store: SQLWorkflowStore, other: SQLWorkflowStore
+) -> None:
+    """``store`` schedules c after a; meanwhile ``other`` (another worker)
+    completes the parallel step b. The claim of c must read the steps: the
+    ones ``store`` remembers show b still running."""
+    run, [a, b] = make_tasks(store, 2)
+    got_a, got_b = claim(store, a, "w1"), claim(other, b, "w2")
+    store.advance(run.id, ok(got_a, "A"), next_step(2))
+    other.advance(run.id, ok(got_b, "B"), lambda view: Decision())
+    c = store.get_steps(run.id)[2]
+    got, wire = on_wire(store.engine, partial(claim, store, c, "w1"))
+    assert data_rows(wire) == 3  # the run moved on: the claim read its steps
+    decide = Decider(lambda view: Decision())
+    store.advance(run.id, ok(got, "C"), decide)
+    [view] = decide.views
+    assert [(s.name, s.status, s.result) for s in view.steps] == [
+        ("s0", StepStatus.SUCCEEDED, "A"),
+        ("s1", StepStatus.SUCCEEDED, "B"),
+        ("s2", StepStatus.SUCCEEDED, "C"),
+    ]
+    assert view.steps == store.get_steps(run.id)
+    assert view.run.version == 4
+
+
+def test_signal_from_another_store_reaches_the_next_pass(
+    store: SQLWorkflowStore, other: SQLWorkflowStore
+) -> None:
+    run, [s0] = make_tasks(store, 1)
+    store.advance(run.id, ok(claim(store, s0, "w"), 0), next_step(1))
+    other.send_signal(run.id, "go", {"v": 1})
+    s1 = store.get_steps(run.id)[1]
+    got, wire = on_wire(store.engine, partial(claim, store, s1, "w"))
+    assert data_rows(wire) == 2
+    decide = Decider(lambda view: Decision())
+    store.advance(run.id, ok(got, 1), decide)
+    [view] = decide.views
+    assert view.signals == {"go": {"v": 1}}
+    assert [(s.name, s.result) for s in view.steps] == [("s0", 0), ("s1", 1)]
+    assert view.steps == store.get_steps(run.id)
+
+
+# --- C: a claim in a big run --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("size", "seq", "rows", "kept"),
+    [
+        (70, 69, 1, False),  # the step's seq shows a big run: no steps read
+        (70, 3, CLAIM_VIEW_STEPS + 1, False),  # more steps than the claim carries
+        (65, 0, CLAIM_VIEW_STEPS + 1, False),
+        (65, 64, 1, False),
+        (64, 63, 64, True),  # the biggest run a claim carries whole
+    ],
+)
+def test_claim_in_a_big_run(
+    store: SQLWorkflowStore, size: int, seq: int, rows: int, kept: bool
+) -> None:
+    assert CLAIM_VIEW_STEPS == 64  # the cases above are built around it
+    warm_up(store)
+    run, steps = make_tasks(store, size)
+    got, wire = on_wire(store.engine, partial(claim, store, steps[seq], "w"))
+    assert data_rows(wire) == rows
+    decide = Decider(lambda view: Decision())
+    _, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got, {"seq": seq}), decide))
+    # the pass reads the run itself unless the claim's view was kept
+    assert round_trips(wire) == (1 if kept else 2)
+    [view] = decide.views
+    assert len(view.steps) == size
+    assert names(view.steps) == [f"s{i}" for i in range(size)]
+    done = view.steps[seq]
+    assert (done.status, done.result, done.attempt) == (StepStatus.SUCCEEDED, {"seq": seq}, 1)
+    assert all(s.status == StepStatus.SCHEDULED for i, s in enumerate(view.steps) if i != seq)
+    assert view.steps == store.get_steps(run.id)
+    assert current(store, run.id).version == 3
+
+
+def test_claim_after_own_pass_in_a_big_run_takes_the_remembered_steps(
+    store: SQLWorkflowStore,
+) -> None:
+    """A big run's claim reads no steps, but after this store's own pass it
+    has them all: the pass then needs no read."""
+    size = CLAIM_VIEW_STEPS + 6
+    warm_up(store)
+    run, steps = make_tasks(store, size)
+    last = claim(store, steps[-1], "w")
+    store.advance(run.id, ok(last, "last"), next_step(size))
+    new = store.get_steps(run.id)[-1]
+    assert new.seq == size
+    got, wire = on_wire(store.engine, partial(claim, store, new, "w"))
+    assert data_rows(wire) == 1
+    decide = Decider(lambda view: Decision())
+    _, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got, "new"), decide))
+    assert round_trips(wire) == 1
+    [view] = decide.views
+    assert len(view.steps) == size + 1
+    assert [s.result for s in view.steps[-2:]] == ["last", "new"]
+    assert view.steps == store.get_steps(run.id)
