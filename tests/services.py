@@ -59,3 +59,22 @@ def scratch_database(admin_url: str, name: str) -> Iterator[str]:
                 conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
         finally:
             admin.dispose()
+
+
+def terminate_backend(engine: sa.Engine, pid: int) -> None:
+    """Kill one PostgreSQL backend (as a failover or an admin would) and wait
+    until the server has let it go."""
+    from tests.helpers import wait_until
+
+    with engine.connect() as admin:
+        admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        admin.commit()
+
+    def gone() -> bool:
+        with engine.connect() as admin:
+            row = admin.execute(
+                sa.text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).first()
+        return row is None
+
+    wait_until(gone, timeout=10)

@@ -25,6 +25,7 @@ from pikku_celery.lease import SQLLeaseService
 from pikku_celery.lease.sql import _PG_STATE
 from tests.helpers import wait_until
 from tests.lease.conftest import exercise, new_key
+from tests.services import terminate_backend
 
 
 @dataclass
@@ -65,21 +66,6 @@ def pg(
     engine.dispose()
 
 
-def terminate(engine: sa.Engine, pid: int) -> None:
-    with engine.connect() as admin:
-        admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        admin.commit()
-
-    def gone() -> bool:
-        with engine.connect() as admin:
-            row = admin.execute(
-                sa.text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-            ).first()
-        return row is None
-
-    wait_until(gone, timeout=10)
-
-
 def test_operations_run_as_prepared_statements(pg: PgService) -> None:
     assert pg.svc._pg is not None
     exercise(pg.svc)
@@ -93,7 +79,7 @@ def test_a_terminated_connection_fails_one_call_then_reconnects(
     lease = pg.svc.acquire(key, "A", 30.0)
     assert lease is not None
     old_pid = pg.driver().info.backend_pid
-    terminate(postgres_engine, old_pid)
+    terminate_backend(postgres_engine, old_pid)
 
     with pytest.raises(sa.exc.OperationalError) as info:
         pg.svc.refresh(lease, 30.0)

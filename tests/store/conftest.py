@@ -73,3 +73,18 @@ def store(backend: str, request: pytest.FixtureRequest) -> WorkflowStore:
     if backend not in cache:
         cache[backend] = SQLWorkflowStore(engine)
     return cache[backend]
+
+
+def one_connection_store(url: sa.URL) -> tuple[SQLWorkflowStore, sa.Engine]:
+    """A store whose engine holds one connection (traces and kills hit it)."""
+    engine = sa.create_engine(url, pool_size=1, max_overflow=0)
+    return SQLWorkflowStore(engine), engine
+
+
+@pytest.fixture
+def pg_one_store(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
+    """A PostgreSQL store on one connection, over empty tables."""
+    wipe(store_pg_engine)
+    made, engine = one_connection_store(store_pg_engine.url)
+    yield made
+    engine.dispose()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
@@ -111,19 +110,11 @@ def _round_trips(engine: sa.Engine, fn: object) -> int:
     return sum(1 for line in lines if "\tF\t" in line and ("\tQuery\t" in line or "\tSync" in line))
 
 
-@pytest.fixture
-def one_connection(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
-    engine = sa.create_engine(store_pg_engine.url, pool_size=1, max_overflow=0)
-    wipe(engine)
-    yield SQLWorkflowStore(engine)
-    engine.dispose()
-
-
-def test_a_sequential_step_costs_two_round_trips(one_connection: SQLWorkflowStore) -> None:
+def test_a_sequential_step_costs_two_round_trips(pg_one_store: SQLWorkflowStore) -> None:
     """claim + the run's view: 1; complete + next step + run update: 1 (the
     pass reuses what the claim read). Counted once the connection has
     prepared its statements (one more round trip each, once per connection)."""
-    store = one_connection
+    store = pg_one_store
 
     def cycle(run_id: str, step_id: str) -> None:
         claimed = store.claim_step(step_id, TASK, "w", 60_000)

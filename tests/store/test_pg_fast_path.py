@@ -24,17 +24,13 @@ import sqlalchemy as sa
 
 from pikku_celery.store import AdvanceResult, Decision, RunView, StepOutcome, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore, _Direct
-from tests.helpers import wait_until
-from tests.store.conftest import wipe
+from tests.services import terminate_backend
 from tests.store.support import TASK, claim, make_tasks, task
 
 
 @pytest.fixture
-def store(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
-    engine = sa.create_engine(store_pg_engine.url, pool_size=1, max_overflow=0)
-    wipe(engine)
-    yield SQLWorkflowStore(engine)
-    engine.dispose()
+def store(pg_one_store: SQLWorkflowStore) -> SQLWorkflowStore:
+    return pg_one_store
 
 
 def direct(store: SQLWorkflowStore) -> _Direct:
@@ -100,21 +96,6 @@ def backend_pid(engine: sa.Engine) -> int:
         return driver.info.backend_pid
 
 
-def terminate(admin: sa.Engine, pid: int) -> None:
-    with admin.connect() as conn:
-        conn.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        conn.commit()
-
-    def gone() -> bool:
-        with admin.connect() as conn:
-            row = conn.execute(
-                sa.text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-            ).first()
-        return row is None
-
-    wait_until(gone, timeout=10)
-
-
 def test_claim_and_pass_run_as_the_stores_prepared_statements(store: SQLWorkflowStore) -> None:
     cycle(store)
     names = prepared(store.engine)
@@ -141,7 +122,7 @@ def test_a_killed_connection_fails_one_claim_then_reconnects(
     cycle(store)  # the statements are prepared on the connection
     run, [step] = make_tasks(store, 1)
     pid = backend_pid(store.engine)
-    terminate(store_pg_engine, pid)
+    terminate_backend(store_pg_engine, pid)
 
     with pytest.raises(sa.exc.OperationalError) as info:
         store.claim_step(step.id, TASK, "w", 60_000)
@@ -165,7 +146,7 @@ def test_a_killed_connection_fails_one_pass_then_reconnects(
     running = claim(store, step, "w")
     before = store.get_run(run.id)
     pid = backend_pid(store.engine)
-    terminate(store_pg_engine, pid)
+    terminate_backend(store_pg_engine, pid)
 
     with pytest.raises(sa.exc.OperationalError) as info:
         store.advance(run.id, outcome(step.id), decide)

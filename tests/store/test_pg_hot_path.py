@@ -44,30 +44,22 @@ from pikku_celery.store import (
 )
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.store.statements import CLAIM_VIEW_STEPS
-from tests.store.conftest import wipe
+from tests.store.conftest import one_connection_store
 from tests.store.support import TASK, claim, make_tasks, names, race, task
 
 T = TypeVar("T")
 
 
-def _one_connection_store(url: sa.URL) -> tuple[SQLWorkflowStore, sa.Engine]:
-    engine = sa.create_engine(url, pool_size=1, max_overflow=0)
-    return SQLWorkflowStore(engine), engine
-
-
 @pytest.fixture
-def store(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
+def store(pg_one_store: SQLWorkflowStore) -> SQLWorkflowStore:
     """A store on a pool of one connection: the one the trace looks at."""
-    wipe(store_pg_engine)
-    made, engine = _one_connection_store(store_pg_engine.url)
-    yield made
-    engine.dispose()
+    return pg_one_store
 
 
 @pytest.fixture
 def other(store_pg_engine: sa.Engine) -> Iterator[SQLWorkflowStore]:
     """Another store on the same database: another worker process."""
-    made, engine = _one_connection_store(store_pg_engine.url)
+    made, engine = one_connection_store(store_pg_engine.url)
     yield made
     engine.dispose()
 
