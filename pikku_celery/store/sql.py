@@ -19,9 +19,11 @@ connection costs one failed call (the pool replaces it), never a wedged store.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -345,11 +347,14 @@ CLAIM_VIEW_MARGIN_MS = 250
 FRESH_RUN_MS = 10_000  # a new run's first pass skips its read within this long
 
 
-def _remember(views: dict[Any, Any], key: Any, view: Any) -> None:
+def _remember(views: OrderedDict[Any, Any], key: Any, view: Any) -> None:
     """Keep ``view`` for its pass; the oldest goes once CLAIM_VIEWS_KEPT are
     kept (bodies that never came back, runs created but never advanced)."""
     if len(views) >= CLAIM_VIEWS_KEPT:
-        views.pop(next(iter(views)), None)
+        # popitem, not pop(next(iter(...))): a threads pool shares the store,
+        # and another thread's change would break the iteration.
+        with contextlib.suppress(KeyError):
+            views.popitem(last=False)
     views[key] = view
 
 
@@ -452,14 +457,14 @@ class SQLWorkflowStore:
     def __init__(self, engine: sa.Engine, *, create_tables: bool | None = None) -> None:
         self._engine = engine
         self._settle: SettleListener | None = None
-        self._claim_views: dict[tuple[str, int], _ClaimView] = {}
+        self._claim_views: OrderedDict[tuple[str, int], _ClaimView] = OrderedDict()
         # Runs just created (PostgreSQL), by the creating thread: the first
         # pass that thread takes needs no read (the engine's start()).
-        self._fresh_runs: dict[str, tuple[int, _ClaimView]] = {}
+        self._fresh_runs: OrderedDict[str, tuple[int, _ClaimView]] = OrderedDict()
         # The run's steps as this store's last optimistic pass left them, by
         # the step that pass scheduled: that step's claim then reads only the
         # run row, and takes the steps from here if the version still matches.
-        self._passed: dict[str, _Passed] = {}
+        self._passed: OrderedDict[str, _Passed] = OrderedDict()
         self._dialect = dialect_of(engine)
         self._st = statements(self._dialect)
         # PostgreSQL: single statements run in autocommit, which saves the
