@@ -91,6 +91,18 @@ class PgStatement:
         digest = hashlib.sha1(self.query, usedforsecurity=False).hexdigest()[:24]
         self.name = f"{prefix}{digest}".encode()
 
+    @classmethod
+    def compile(
+        cls, stmt: sa.Executable, dialect: sa.Dialect, prefix: str = "pikku_"
+    ) -> PgStatement:
+        """``stmt`` compiled for ``dialect`` (psycopg's), its constants and float
+        parameters read off the compiled form."""
+        c: Any = stmt.compile(dialect=dialect)  # type: ignore[attr-defined]
+        binds = c.binds
+        constants = {k: b.value for k, b in binds.items() if not b.required}
+        floats = frozenset(k for k, b in binds.items() if isinstance(b.type, sa.Float))
+        return cls(c.string, prefix, constants, floats)
+
 
 class PgConnection:
     """What the fast path keeps per psycopg connection: which statements it prepared."""

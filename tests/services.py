@@ -15,6 +15,8 @@ from contextlib import contextmanager
 import pytest
 import sqlalchemy as sa
 
+from tests.helpers import wait_until
+
 SESSION_TAG = f"pikku_t{uuid.uuid4().hex[:10]}"
 
 PG_ADMIN_URL = os.environ.get(
@@ -64,8 +66,6 @@ def scratch_database(admin_url: str, name: str) -> Iterator[str]:
 def terminate_backend(engine: sa.Engine, pid: int) -> None:
     """Kill one PostgreSQL backend (as a failover or an admin would) and wait
     until the server has let it go."""
-    from tests.helpers import wait_until
-
     with engine.connect() as admin:
         admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
         admin.commit()

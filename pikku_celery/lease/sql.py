@@ -52,9 +52,6 @@ _T = TypeVar("_T")
 _MYSQL_RETRYABLE = frozenset({1213, 1205})
 _MYSQL_ATTEMPTS = 5
 
-# Where the fast path keeps its per-connection state (``libpq.STATE_KEY``).
-_PG_STATE = "pikku_pg"
-
 
 def _to_datetime(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
@@ -274,24 +271,20 @@ class SQLLeaseService:
         take as text, execution event listeners to fire or ``echo`` on, a
         transaction left open on the connection).
         """
+        from ..libpq import run_direct
+
         if self._conn is None:
             # No isolation level to set: libpq sends no BEGIN of its own.
             with self._engine.connect() as conn:
-                return self._pg_on(conn, stmt, params)
-        with self._lock:
-            conn = self._conn
-            if conn.invalidated:
-                # Reconnect as _begin does, so the connection is in autocommit
-                # for the general path too.
-                conn.execution_options(isolation_level="AUTOCOMMIT")
-            return self._pg_on(conn, stmt, params)
-
-    def _pg_on(
-        self, conn: sa.Connection, stmt: PgStatement, params: dict[str, Any]
-    ) -> pq.abc.PGresult | None:
-        from ..libpq import run_direct
-
-        done = run_direct(conn, stmt, params)
+                done = run_direct(conn, stmt, params)
+        else:
+            with self._lock:
+                conn = self._conn
+                if conn.invalidated:
+                    # Reconnect as _begin does, so the connection is in
+                    # autocommit for the general path too.
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+                done = run_direct(conn, stmt, params)
         return None if done is None else done[1]
 
     # -- the LeaseService protocol ---------------------------------------------
@@ -405,7 +398,7 @@ class _PgStatements:
 
         def compiled(stmt: sa.Executable | None) -> PgStatement:
             assert stmt is not None
-            return PgStatement(stmt.compile(dialect=dialect).string, "pikku_lease_")  # type: ignore[attr-defined]
+            return PgStatement.compile(stmt, dialect, "pikku_lease_")
 
         self.acquire = compiled(svc._acquire_returning)
         self.refresh = compiled(svc._refresh_returning)

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from pymysql.constants import CLIENT, SERVER_STATUS
+from pymysql.converters import escape_item
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from ..db import CLEAN_AFTER_BATCH
@@ -31,41 +32,32 @@ MULTI_STATEMENTS: int = CLIENT.MULTI_STATEMENTS
 
 
 class Batch:
-    """Statements compiled once for one engine's dialect, sent joined by ``;``.
+    """Statements compiled once for PyMySQL, sent joined by ``;``.
 
     Each statement compiles with its own anonymous parameters (``status_1``
-    in one is not ``status_1`` in the next), so with a named paramstyle every
-    placeholder gets its statement's prefix; a positional one just chains.
+    in one is not ``status_1`` in the next), so every placeholder of the
+    caller's values gets its statement's prefix. The statements' own
+    constants are rendered into the text once: a call then binds (and
+    escapes) only the caller's values, measured at ~35 µs less of a claim's
+    client time than SQLAlchemy's ``construct_params`` per statement.
     """
 
     def __init__(self, dialect: sa.Dialect, statements: Sequence[sa.ClauseElement | str]) -> None:
-        self._positional = dialect.positional
-        self._compiled: list[tuple[str, SQLCompiler]] = []
-        # PyMySQL (pyformat): the statements' own constants are rendered into
-        # the text once, so a call binds (and escapes) only the caller's
-        # values, with no per-call construct_params; measured at ~35 µs of
-        # a claim's client time.
-        self._inline = dialect.driver == "pymysql" and not self._positional
+        if dialect.paramstyle != "pyformat":
+            raise ValueError(f"batches are built for PyMySQL, not {dialect.driver}")
         self._names: list[tuple[str, str]] = []  # (placeholder, caller's name)
         parts = []
         for i, stmt in enumerate(statements):
             if isinstance(stmt, str):
                 parts.append(stmt)
-                continue
-            compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
-            prefix = f"b{i}_"
-            text = str(compiled)
-            if self._inline:
-                text = self._render(compiled, prefix, text)
-            elif not self._positional:
-                text = _NAMED.sub(rf"%({prefix}\1)s", text)
-            parts.append(text)
-            self._compiled.append((prefix, compiled))
+            else:
+                compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
+                parts.append(self._render(compiled, f"b{i}_"))
         self.sql = ";\n".join(parts)
         self.commits = parts[-1].strip().upper() == "COMMIT"
 
-    def _render(self, compiled: SQLCompiler, prefix: str, text: str) -> str:
-        return _NAMED.sub(lambda m: self._bind(compiled, prefix, m[1]), text)
+    def _render(self, compiled: SQLCompiler, prefix: str) -> str:
+        return _NAMED.sub(lambda m: self._bind(compiled, prefix, m[1]), str(compiled))
 
     def _bind(self, compiled: SQLCompiler, prefix: str, name: str) -> str:
         """A placeholder for the caller's value, or the constant's own literal."""
@@ -73,25 +65,11 @@ class Batch:
         if bind.required or bind.callable is not None:
             self._names.append((prefix + name, name))
             return f"%({prefix}{name})s"
-        from pymysql.converters import escape_item
-
         return str(escape_item(bind.value, "utf8mb4")).replace("%", "%%")
 
-    def parameters(self, params: Mapping[str, Any]) -> Any:
-        """The driver's parameters for the whole batch, in its paramstyle."""
-        if self._inline:
-            return {placeholder: params[name] for placeholder, name in self._names}
-        if self._positional:
-            values: list[Any] = []
-            for _, c in self._compiled:
-                bound = c.construct_params(params, _check=False)
-                values.extend(bound[name] for name in c.positiontup or ())
-            return tuple(values)
-        merged: dict[str, Any] = {}
-        for prefix, c in self._compiled:
-            for name, value in c.construct_params(params, _check=False).items():
-                merged[prefix + name] = value
-        return merged
+    def parameters(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The driver's parameters for the whole batch."""
+        return {placeholder: params[name] for placeholder, name in self._names}
 
 
 # A pyformat placeholder (a literal percent sign compiles to ``%%``).

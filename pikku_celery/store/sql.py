@@ -72,8 +72,9 @@ from .settle import SETTLED_CHANNEL, SettleListener
 from .statements import CLAIM_VIEW_STEPS, Fenced, dialect_of, statements
 
 DEADLOCK_RETRIES = 5
+_STEP_COLUMNS = tuple(c.name for c in step_table.c)
 # The columns of MySQL's packed claim read back (statements.mysql_claim_batch).
-_PACKED_CLAIM = (*(c.name for c in step_table.c), "claimed_here")
+_PACKED_CLAIM = (*_STEP_COLUMNS, "claimed_here")
 NOTIFY_SETTLED = sa.text("SELECT pg_notify(:channel, :run_id)")
 UPGRADE_COMMAND = "pikku-celery db upgrade --database-url {url}"
 
@@ -299,9 +300,14 @@ class _FirstPass:
         self.made = (view, decision)
         return decision
 
-    def reusable(self, run: RunState, steps: list[StepState], signals: dict[str, JSON]) -> bool:
+    def reused(
+        self, run: RunState, steps: list[StepState], signals: dict[str, JSON]
+    ) -> tuple[RunView, Decision] | None:
+        """The view and decision made, if the locked pass found the run as it was."""
         made = self.made
-        return made is not None and run == made[0].run and not steps and not signals
+        if made is not None and run == made[0].run and not steps and not signals:
+            return made
+        return None
 
 
 def _is_deadlock(exc: sa.exc.DBAPIError) -> bool:
@@ -406,28 +412,24 @@ class _Direct:
     the claim and the optimistic pass, on PostgreSQL through psycopg."""
 
     def __init__(self, engine: sa.Engine, claim_view: sa.Select[Any]) -> None:
+        # Imported here: psycopg is loaded only by stores that use it.
         from ..libpq import PgStatement, run_direct
 
         self._dialect = engine.dialect
-        self._statement = PgStatement
+        self._compile = PgStatement.compile
         self.run = run_direct
-        self.claim = self.compiled(claim_view)
-        self.notify = self.compiled(NOTIFY_SETTLED)
+        self.claim = self._compile(claim_view, self._dialect)
+        self.notify = self._compile(NOTIFY_SETTLED, self._dialect)
         self._passes: dict[tuple[str | None, bool, bool], Any] = {}
         self._names: dict[bytes, tuple[str, ...]] = {}
-
-    def compiled(self, stmt: sa.ClauseElement) -> Any:
-        c = stmt.compile(dialect=self._dialect)
-        binds = c.binds  # type: ignore[attr-defined]
-        constants = {k: b.value for k, b in binds.items() if not b.required}
-        floats = frozenset(k for k, b in binds.items() if isinstance(b.type, sa.Float))
-        return self._statement(c.string, defaults=constants, floats=floats)
 
     def pass_statement(self, st: Any, kind: str | None, new_step: bool, ends: bool) -> Any:
         key = (kind, new_step, ends)
         found = self._passes.get(key)
         if found is None:
-            found = self._passes[key] = self.compiled(st.pg_pass(kind, new_step, ends))
+            found = self._passes[key] = self._compile(
+                st.pg_pass(kind, new_step, ends), self._dialect
+            )
         return found
 
     def rows(self, conn: sa.Connection, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
@@ -493,9 +495,9 @@ class SQLWorkflowStore:
             ) from None
 
     def _batches(self) -> tuple[Batch | None, dict[str, Batch]]:
-        """MySQL over connections that take multi-statement batches: a claim
-        and an outcome are then one round trip each, COMMIT included."""
-        if self._dialect != "mysql":
+        """MySQL over PyMySQL connections that take multi-statement batches: a
+        claim and an outcome are then one round trip each, COMMIT included."""
+        if self._dialect != "mysql" or self._engine.dialect.driver != "pymysql":
             return None, {}
         with self._engine.connect() as conn:
             if not takes_batches(conn):
@@ -507,6 +509,14 @@ class SQLWorkflowStore:
         inline = bool(getattr(d, "is_mariadb", False))
         outcomes = {kind: Batch(d, st.mysql_outcome_batch(kind, inline)) for kind in st.fenced}
         return Batch(d, st.mysql_claim_batch(inline)), outcomes
+
+    def _direct_rows(self, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
+        """Rows of a fast-path statement; None when there is no fast path or
+        this call must take the general one."""
+        if self._direct is None:
+            return None
+        with self._engine.connect() as conn:
+            return self._direct.rows(conn, stmt, params)
 
     def is_transient(self, exc: BaseException) -> bool:
         """A lost connection or a database restarting: worth a retry."""
@@ -673,23 +683,21 @@ class SQLWorkflowStore:
         params = {"p_id": step_id, "p_task": task_name, "p_worker": worker, "p_lease_ms": lease_ms}
         if self._claim_batch is not None:
             return self._claim_batched(self._claim_batch, params)
-        found = None
+        rows: Sequence[Any] | None = None
         passed = None
         if st.pg_claim_view is not None:
             passed = self._passed.pop(step_id, None)
             params["p_known"] = -1 if passed is None else passed.version
-        if self._direct is not None:
-            with self._engine.connect() as conn:
-                found = self._direct.rows(conn, self._direct.claim, params)
-            if found:
-                return _step_from(self._keep_claim_view(found, passed))
+            if self._direct is not None:
+                rows = self._direct_rows(self._direct.claim, params)
+                if rows:
+                    return _step_from(self._keep_claim_view(rows, passed))
         with self._one() as conn:
             if st.pg_claim_view is not None:
                 # One statement: the guarded update, the new attempt row, the
                 # superseded mark of a lapsed attempt's row, and the run as its
                 # pass will need it (kept for that pass: it skips its read).
-                # (Unless the fast path above found nothing to claim.)
-                rows: Sequence[Any] | None = found
+                # Unless the fast path above ran it and found nothing to claim.
                 if rows is None:
                     rows = conn.execute(st.pg_claim_view, params).all()
                 row = self._keep_claim_view(rows, passed) if rows else None
@@ -741,9 +749,8 @@ class SQLWorkflowStore:
     def _keep_claim_view(self, rows: Sequence[Any], passed: _Passed | None) -> Any:
         """Remember the run as read by a PostgreSQL claim, for that attempt's pass."""
         head = rows[0]
-        claimed = SimpleNamespace(
-            **{k[2:]: v for k, v in head._mapping.items() if k.startswith("c_")}
-        )
+        m = head._mapping
+        claimed = SimpleNamespace(**{name: m["c_" + name] for name in _STEP_COLUMNS})
         step = _step_from(claimed)
         if passed is not None and head.r_version == passed.version:
             # The claim read no steps: no pass has landed since ours.
@@ -893,10 +900,9 @@ class SQLWorkflowStore:
         """Tell waiting ``RunHandle.wait`` calls, once per run, after commit."""
         params = {"channel": SETTLED_CHANNEL, "run_id": run_id}
         try:
-            if self._direct is not None:
-                with self._engine.connect() as conn:
-                    if self._direct.rows(conn, self._direct.notify, params) is not None:
-                        return
+            direct = self._direct
+            if direct is not None and self._direct_rows(direct.notify, params) is not None:
+                return
             with self._one() as conn:
                 conn.execute(NOTIFY_SETTLED, params)
         except sa.exc.DBAPIError:
@@ -936,7 +942,7 @@ class SQLWorkflowStore:
         if outcome is None:  # a run this thread just created: nothing to read
             kept = self._fresh_runs.pop(run_id, (0, None))[1]
             if kept is None or not kept.still_ours(run_id):
-                return None
+                return None  # the locked pass reads it
         else:
             kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
         if kept is not None and kept.still_ours(run_id):
@@ -956,17 +962,17 @@ class SQLWorkflowStore:
             has_signals = bool(head.has_signals)
         if run.status.terminal:
             return None
-        prepared = (
-            _PreparedOutcome("", {"p_now": now}, steps)  # kind "": no outcome
-            if outcome is None
-            else _prepare_outcome(steps, outcome, now)
-        )
+        kind: str | None = None
+        written: dict[str, Any] = {"p_now": now}
+        if outcome is not None:
+            prepared = _prepare_outcome(steps, outcome, now)
+            kind, steps, written = prepared.kind, prepared.steps, prepared.params
         signals: dict[str, JSON] = {}
         if has_signals:
             with self._one() as conn:
                 for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
                     signals[name] = loads(payload)
-        view = RunView(run=run, steps=prepared.steps, signals=signals, now=now)
+        view = RunView(run=run, steps=steps, signals=signals, now=now)
         decision = decide(view)
         encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
         ends = decision.run_status is not None and decision.run_status.terminal
@@ -980,7 +986,7 @@ class SQLWorkflowStore:
         ):
             return None
         params: dict[str, Any] = {
-            **prepared.params,
+            **written,
             "p_run": run.id,
             "p_version": run.version,
             "p_wake_at": decision.wake_at,
@@ -1014,25 +1020,21 @@ class SQLWorkflowStore:
             params.update({f"n_{k}": v for k, v in row.items()})
             if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
                 publish.append(step)
-        pinned, fenced = self._pass_write(
-            (prepared.kind or None, bool(encoded.steps), ends), params
-        )
+        pinned, fenced = self._pass_write((kind, bool(encoded.steps), ends), params)
         if not pinned:
             return None
         if not fenced:
             assert outcome is not None  # a pass without one is fenced by its pin
             raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
         if len(publish) == 1 and len(encoded.steps) == 1:
-            after = _Passed(new_run.version, [*prepared.steps, publish[0]])
+            after = _Passed(new_run.version, [*steps, publish[0]])
             _remember(self._passed, publish[0].id, after)
         return AdvanceResult(run=new_run, steps=publish, decision=decision)
 
     def _pass_write(self, shape: tuple[str | None, bool, bool], params: dict[str, Any]) -> Any:
         """The optimistic pass's one statement: (pinned, fenced)."""
-        direct = self._direct
-        if direct is not None:
-            with self._engine.connect() as conn:
-                found = direct.rows(conn, direct.pass_statement(self._st, *shape), params)
+        if self._direct is not None:
+            found = self._direct_rows(self._direct.pass_statement(self._st, *shape), params)
             if found is not None:
                 return found[0].pinned, found[0].fenced
         with self._one() as conn:
@@ -1067,8 +1069,9 @@ class SQLWorkflowStore:
             if has_signals:
                 for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
                     signals[name] = loads(payload)
-            if first is not None and first.made is not None and first.reusable(run, steps, signals):
-                view, decision = first.made  # the run as created, and its clock
+            reused = None if first is None else first.reused(run, steps, signals)
+            if reused is not None:
+                view, decision = reused  # the run as created, and its clock
             else:
                 view = RunView(run=run, steps=steps, signals=signals, now=now)
                 decision = decide(view)

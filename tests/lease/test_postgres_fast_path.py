@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.lease import SQLLeaseService
-from pikku_celery.lease.sql import _PG_STATE
+from pikku_celery.libpq import STATE_KEY
 from tests.helpers import wait_until
 from tests.lease.conftest import exercise, new_key
 from tests.services import terminate_backend
@@ -120,7 +120,7 @@ def test_a_connection_that_must_not_prepare_gets_none(
         assert pg.prepared() == set()
         fairy = engine.raw_connection()
         try:
-            assert fairy.info[_PG_STATE].named is False  # it did take the fast path
+            assert fairy.info[STATE_KEY].named is False  # it did take the fast path
         finally:
             fairy.close()
     finally:

@@ -32,6 +32,14 @@ def client(redis_client: redis.Redis) -> Iterator[redis.Redis]:
     c.close()
 
 
+@pytest.fixture
+def used(client: redis.Redis, redis_namespace: str) -> RedisLeaseService:
+    """A service that has taken its own connection (every operation ran once)."""
+    svc = RedisLeaseService(client, namespace=redis_namespace)
+    exercise(svc)
+    return svc
+
+
 def test_the_service_keeps_one_connection_and_gives_it_back(
     client: redis.Redis, redis_namespace: str
 ) -> None:
@@ -51,11 +59,8 @@ def test_the_service_keeps_one_connection_and_gives_it_back(
     assert conn not in pool._in_use_connections  # given back when collected
 
 
-def test_a_busy_connection_sends_the_call_through_the_client(
-    client: redis.Redis, redis_namespace: str
-) -> None:
-    svc = RedisLeaseService(client, namespace=redis_namespace)
-    exercise(svc)
+def test_a_busy_connection_sends_the_call_through_the_client(used: RedisLeaseService) -> None:
+    svc = used
     assert svc._line is not None
     with svc._line.lock:  # another thread is using it
         exercise(svc)
@@ -203,11 +208,8 @@ def test_a_real_outage_fails_calls_and_the_line_comes_back(
         proxy.close()
 
 
-def test_a_forked_child_uses_a_connection_of_its_own(
-    client: redis.Redis, redis_namespace: str
-) -> None:
-    svc = RedisLeaseService(client, namespace=redis_namespace)
-    exercise(svc)
+def test_a_forked_child_uses_a_connection_of_its_own(used: RedisLeaseService) -> None:
+    svc = used
     assert svc._line is not None
     parent_conn = svc._line.conn
     pid = os.fork()

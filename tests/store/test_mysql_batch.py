@@ -99,6 +99,13 @@ def test_failed_attempt_keeps_its_status_when_the_retry_is_claimed(
     assert rows[2].status == AttemptStatus.RUNNING
 
 
+def set_worker(worker: str) -> sa.Update:
+    """A write a batch leaves visible only if it commits."""
+    return (
+        sa.update(step_table).where(step_table.c.id == sa.bindparam("p_id")).values(worker=worker)
+    )
+
+
 def test_a_batch_that_fails_half_way_is_rolled_back_before_reuse(
     store_mysql_engine: sa.Engine,
 ) -> None:
@@ -107,13 +114,7 @@ def test_a_batch_that_fails_half_way_is_rolled_back_before_reuse(
     _, [step] = make_tasks(store, 1)
     broken = Batch(
         store_mysql_engine.dialect,
-        [
-            sa.update(step_table)
-            .where(step_table.c.id == sa.bindparam("p_id"))
-            .values(worker="half-way"),
-            "SELECT * FROM pikku_no_such_table",
-            "COMMIT",
-        ],
+        [set_worker("half-way"), "SELECT * FROM pikku_no_such_table", "COMMIT"],
     )
     with store_mysql_engine.connect() as conn:
         driver = conn.connection.driver_connection
@@ -130,14 +131,7 @@ def test_a_batch_left_open_is_rolled_back_by_the_pool(store_mysql_engine: sa.Eng
     wipe(store_mysql_engine)
     store = SQLWorkflowStore(store_mysql_engine)
     _, [step] = make_tasks(store, 1)
-    open_ended = Batch(
-        store_mysql_engine.dialect,
-        [
-            sa.update(step_table)
-            .where(step_table.c.id == sa.bindparam("p_id"))
-            .values(worker="uncommitted")
-        ],
-    )
+    open_ended = Batch(store_mysql_engine.dialect, [set_worker("uncommitted")])
     with store_mysql_engine.connect() as conn:
         driver = conn.connection.driver_connection
         run_batch(conn, open_ended, {"p_id": step.id})

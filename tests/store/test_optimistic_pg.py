@@ -8,8 +8,7 @@ results; these tests force each interleaving and count round trips.
 
 from __future__ import annotations
 
-import os
-import tempfile
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
@@ -19,6 +18,7 @@ from pikku_celery.store import Decision, RunView, StepOutcome, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore
 from tests.store.conftest import wipe
 from tests.store.support import SHORT, TASK, claim, lapse, make_tasks, task
+from tests.store.wire import on_wire, round_trips, warm_up
 
 
 @pytest.fixture
@@ -93,21 +93,8 @@ def test_fan_out_takes_the_locked_pass(pg_store: SQLWorkflowStore) -> None:
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "a", "b"]
 
 
-def _round_trips(engine: sa.Engine, fn: object) -> int:
-    """Count the client's Query/Sync messages (one per round trip) while ``fn`` runs."""
-    with engine.connect() as conn:
-        pgconn = conn.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
-    fd, path = tempfile.mkstemp()
-    try:
-        pgconn.trace(fd)
-        fn()  # type: ignore[operator]
-        pgconn.untrace()
-        with open(path) as f:
-            lines = f.read().splitlines()
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    return sum(1 for line in lines if "\tF\t" in line and ("\tQuery\t" in line or "\tSync" in line))
+def _round_trips(engine: sa.Engine, fn: Callable[[], object]) -> int:
+    return round_trips(on_wire(engine, fn)[1])
 
 
 def test_a_sequential_step_costs_two_round_trips(pg_one_store: SQLWorkflowStore) -> None:
@@ -116,17 +103,7 @@ def test_a_sequential_step_costs_two_round_trips(pg_one_store: SQLWorkflowStore)
     prepared its statements (one more round trip each, once per connection)."""
     store = pg_one_store
 
-    def cycle(run_id: str, step_id: str) -> None:
-        claimed = store.claim_step(step_id, TASK, "w", 60_000)
-        assert claimed is not None
-        outcome = StepOutcome(step_id, claimed.attempt, ok=True, result={"r": 1})
-        store.advance(run_id, outcome, lambda view: Decision(new_steps=[task("next", 1)]))
-        nxt = store.get_steps(run_id)[1]
-        store.claim_step(nxt.id, TASK, "w", 60_000)
-        store.complete_step(nxt.id, 1, "done")
-
-    warm, [first] = make_tasks(store, 1)
-    cycle(warm.id, first.id)
+    warm_up(store)
     run, [step] = make_tasks(store, 1)
     engine = store.engine
     claimed: list[object] = []
