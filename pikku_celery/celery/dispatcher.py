@@ -66,32 +66,55 @@ class CeleryDispatcher:
 
     # --- sending -------------------------------------------------------------
     def send_step(self, step: StepState, countdown: float = 0.0) -> None:
+        name, options = self._step_options(step.task_name or "")
+        args = (step.run_id, step.id, step.attempt, step.task_name, step.queue)
+        self._send(name, args, step.queue or self.leases.default_queue(), countdown, options)
+
+    def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:
+        queue = self.orchestration_queue or self.leases.default_queue()
+        self._send(ORCHESTRATE, (run_id, reason), queue, countdown, _NO_OPTIONS)
+
+    def _step_options(self, task_name: str) -> tuple[str, dict[str, Any]]:
+        """The run-step task and the options a step of ``task_name`` travels with:
+        the time limits and rate limit its own task declares."""
+        task = self.app.tasks.get(task_name)
+        if task is None:
+            return RUN_STEP, _NO_OPTIONS
         options: dict[str, Any] = {}
+        if task.time_limit is not None:
+            options["time_limit"] = task.time_limit
+        if task.soft_time_limit is not None:
+            options["soft_time_limit"] = task.soft_time_limit
         name = RUN_STEP
-        task = self.app.tasks.get(step.task_name or "")
-        if task is not None:
-            # The step keeps the time limits and rate limit its own task declares.
-            if task.time_limit is not None:
-                options["time_limit"] = task.time_limit
-            if task.soft_time_limit is not None:
-                options["soft_time_limit"] = task.soft_time_limit
-            if task.rate_limit and rate_limited_run_step(task.name) in self.app.tasks:
-                name = rate_limited_run_step(task.name)
+        if task.rate_limit and rate_limited_run_step(task.name) in self.app.tasks:
+            name = rate_limited_run_step(task.name)
+        return name, options
+
+    def _send(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        queue: str,
+        countdown: float,
+        options: dict[str, Any],
+    ) -> None:
+        # pikku's tasks store no result: no result subscription on send (a web
+        # app starting runs would otherwise subscribe and unsubscribe per
+        # message), no child result on the sending task. Their arguments are
+        # ids and names, so their repr is the repr Celery's saferepr would make.
         self.app.send_task(
             name,
-            args=(step.run_id, step.id, step.attempt, step.task_name, step.queue),
-            queue=step.queue or self.leases.default_queue(),
+            args=args,
+            queue=queue,
             countdown=countdown or None,
             serializer="json",
             task_id=str(uuid.uuid4()),
+            ignore_result=True,
+            add_to_parent=False,
+            argsrepr=repr(args),
+            kwargsrepr="{}",
             **options,
         )
 
-    def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:
-        self.app.send_task(
-            ORCHESTRATE,
-            args=(run_id, reason),
-            queue=self.orchestration_queue or self.leases.default_queue(),
-            countdown=countdown or None,
-            serializer="json",
-        )
+
+_NO_OPTIONS: dict[str, Any] = {}

@@ -9,7 +9,6 @@ message, and pikku schedules the next attempt itself.
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,12 +19,12 @@ from celery.exceptions import Retry
 from ..engine.execute import RetryStep
 from ..engine.transactional import is_transactional
 from ..errors import UnknownTaskError
-from ..store.model import JSON, StepState
+from ..store.model import JSON, StepState, uuid5_str
 
 
 def attempt_task_id(step: StepState) -> str:
     """A stable id for one attempt of a step: ``self.request.id`` in the body."""
-    return str(uuid.uuid5(uuid.UUID(step.id), f"attempt-{step.attempt}"))
+    return uuid5_str(step.id, f"attempt-{step.attempt}")
 
 
 class CeleryStepBody:

@@ -63,6 +63,7 @@ class WorkflowEngine:
         self.registry = WorkflowRegistry()
         self.keeper = StepLeaseKeeper(store)
         self._worker_id = worker_id
+        self._own_id: tuple[int, str] = (0, "")
         self.orchestration_queue = orchestration_queue
         self.run_lease_ttl = run_lease_ttl
         self.sweep_lease_ttl = sweep_lease_ttl
@@ -77,7 +78,12 @@ class WorkflowEngine:
     @property
     def worker_id(self) -> str:
         """Who holds a lease: host and process (recomputed after fork)."""
-        return self._worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        if self._worker_id:
+            return self._worker_id
+        pid = os.getpid()
+        if self._own_id[0] != pid:  # first use, or a forked child's
+            self._own_id = (pid, f"{socket.gethostname()}:{pid}")
+        return self._own_id[1]
 
     # --- defining ------------------------------------------------------------
     @overload

@@ -6,6 +6,7 @@ deadlines are compared on one clock whatever the workers' clocks say.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -69,7 +70,23 @@ STEP_NAMESPACE = uuid.UUID("5d1f6f0e-7a53-4c55-9a4e-3b8c1f2d9e10")
 
 def step_id_for(run_id: str, step_name: str) -> str:
     """The stable id of a step, which doubles as its idempotency key."""
-    return str(uuid.uuid5(uuid.UUID(run_id), step_name))
+    return uuid5_str(run_id, step_name)
+
+
+def uuid5_str(namespace: str, name: str) -> str:
+    """``str(uuid.uuid5(uuid.UUID(namespace), name))``, made without the two
+    ``UUID`` objects: step ids are made on every replayed step."""
+    try:
+        ns = bytes.fromhex(namespace.replace("-", "")) if len(namespace) == 36 else b""
+    except ValueError:
+        ns = b""
+    if len(ns) != 16:
+        ns = uuid.UUID(namespace).bytes  # other spellings ({...}, urn:uuid:...) or an error
+    digest = bytearray(hashlib.sha1(ns + name.encode(), usedforsecurity=False).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def ms_to_datetime(ms: int | None) -> datetime | None:

@@ -413,11 +413,11 @@ class _Direct:
 
     def __init__(self, engine: sa.Engine, claim_view: sa.Select[Any]) -> None:
         # Imported here: psycopg is loaded only by stores that use it.
-        from ..libpq import PgStatement, run_direct
+        from ..libpq import PgStatement, run_pooled
 
         self._dialect = engine.dialect
         self._compile = PgStatement.compile
-        self.run = run_direct
+        self.run = run_pooled
         self.claim = self._compile(claim_view, self._dialect)
         self.notify = self._compile(NOTIFY_SETTLED, self._dialect)
         self._passes: dict[tuple[str | None, bool, bool], Any] = {}
@@ -432,17 +432,15 @@ class _Direct:
             )
         return found
 
-    def rows(self, conn: sa.Connection, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
+    def rows(self, engine: sa.Engine, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
         """The statement's rows, or None when this call must take the general path."""
-        done = self.run(conn, stmt, params)
-        if done is None:
+        rows = self.run(engine, stmt, params)
+        if rows is None:
             return None
-        state, res = done
         names = self._names.get(stmt.name)
         if names is None:
-            names = tuple((res.fname(i) or b"").decode() for i in range(res.nfields))
-            self._names[stmt.name] = names
-        return [_Row(dict(zip(names, values, strict=True))) for values in state.rows(res)]
+            names = self._names[stmt.name] = stmt.columns
+        return [_Row(dict(zip(names, values, strict=True))) for values in rows]
 
 
 class SQLWorkflowStore:
@@ -515,8 +513,7 @@ class SQLWorkflowStore:
         this call must take the general one."""
         if self._direct is None:
             return None
-        with self._engine.connect() as conn:
-            return self._direct.rows(conn, stmt, params)
+        return self._direct.rows(self._engine, stmt, params)
 
     def is_transient(self, exc: BaseException) -> bool:
         """A lost connection or a database restarting: worth a retry."""
@@ -691,7 +688,7 @@ class SQLWorkflowStore:
             if self._direct is not None:
                 rows = self._direct_rows(self._direct.claim, params)
                 if rows:
-                    return _step_from(self._keep_claim_view(rows, passed))
+                    return self._keep_claim_view(rows, passed)
         with self._one() as conn:
             if st.pg_claim_view is not None:
                 # One statement: the guarded update, the new attempt row, the
@@ -700,7 +697,9 @@ class SQLWorkflowStore:
                 # Unless the fast path above ran it and found nothing to claim.
                 if rows is None:
                     rows = conn.execute(st.pg_claim_view, params).all()
-                row = self._keep_claim_view(rows, passed) if rows else None
+                if rows:
+                    return self._keep_claim_view(rows, passed)
+                row = None
             elif st.pg_claim is not None:
                 row = conn.execute(st.pg_claim, params).first()
             elif self._dialect == "sqlite":
@@ -746,8 +745,9 @@ class SQLWorkflowStore:
             return None
         return _step_from(row)
 
-    def _keep_claim_view(self, rows: Sequence[Any], passed: _Passed | None) -> Any:
-        """Remember the run as read by a PostgreSQL claim, for that attempt's pass."""
+    def _keep_claim_view(self, rows: Sequence[Any], passed: _Passed | None) -> StepState:
+        """The claimed step; the run as the PostgreSQL claim read it is kept
+        for that attempt's pass."""
         head = rows[0]
         m = head._mapping
         claimed = SimpleNamespace(**{name: m["c_" + name] for name in _STEP_COLUMNS})
@@ -756,7 +756,7 @@ class SQLWorkflowStore:
             # The claim read no steps: no pass has landed since ours.
             steps = [step if s.id == step.id else s for s in passed.steps]
         elif len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
-            return claimed  # a big run: the claim read at most its first steps
+            return step  # a big run: the claim read at most its first steps
         else:
             steps = [step if r.id == step.id else _step_from(r) for r in rows if r.id is not None]
         _remember(
@@ -771,7 +771,7 @@ class SQLWorkflowStore:
                 int(step.lease_expires_at or 0),
             ),
         )
-        return claimed
+        return step
 
     def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
         params = {"p_id": step_id, "p_attempt": attempt, "p_lease_ms": lease_ms}

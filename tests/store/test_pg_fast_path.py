@@ -172,3 +172,45 @@ def test_statements_the_server_forgot_are_prepared_again(store: SQLWorkflowStore
     names = prepared(store.engine)
     assert {claim_sql(store).name.decode(), pass_sql(store).name.decode()} <= names
     assert backend_pid(store.engine) == pid  # the same connection, not a new one
+
+
+def test_the_claim_and_the_pass_return_their_connection_without_a_rollback(
+    store: SQLWorkflowStore,
+) -> None:
+    # libpq leaves the connection idle after each statement: the pool's reset
+    # (a ROLLBACK through psycopg) would only cost time.
+    resets: list[bool] = []
+
+    def record(_dbapi: Any, _record: Any, state: Any) -> None:
+        resets.append(state.transaction_was_reset)
+
+    cycle(store)
+    sa.event.listen(store.engine.pool, "reset", record)
+    run, [step] = make_tasks(store, 1)
+    resets.clear()
+    claim(store, step, "w")
+    store.advance(run.id, outcome(step.id), decide)
+    assert resets == [True, True]  # the claim's and the pass's, no ROLLBACK
+
+
+def test_a_refused_connection_fails_the_claim_as_the_general_path_would(
+    store: SQLWorkflowStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, [step] = make_tasks(store, 1)
+    pool = store.engine.pool
+    pool.dispose()  # the next checkout connects
+
+    def refuse(*_: Any) -> Any:
+        raise psycopg.OperationalError("connection refused (test)")
+
+    creator = pool._creator
+    monkeypatch.setattr(pool, "_creator", refuse)
+    with pytest.raises(sa.exc.OperationalError) as info:
+        store.claim_step(step.id, TASK, "w", 60_000)
+    assert isinstance(info.value.orig, psycopg.OperationalError)
+    assert pool.checkedout() == 0
+
+    monkeypatch.setattr(pool, "_creator", creator)
+    assert claim(store, step, "w").attempt == 1
+    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+    assert pool.checkedout() == 0
