@@ -880,8 +880,9 @@ class SQLWorkflowStore:
                 elif self._st.pg_view is not None and self._created_here(run_id):
                     first = _FirstPass(decide)
                     done = self._advance_optimistic(run_id, outcome, first.decide)
-                if done is None:
-                    done = self._advance(run_id, outcome, decide, first)
+                if done is not None:
+                    return done  # a run it ended was announced by its statement
+                done = self._advance(run_id, outcome, decide, first)
             except sa.exc.DBAPIError as exc:
                 if attempt + 1 == DEADLOCK_RETRIES or not _is_deadlock(exc):
                     raise
@@ -1038,7 +1039,8 @@ class SQLWorkflowStore:
             if found is not None:
                 return found[0].pinned, found[0].fenced
         with self._one() as conn:
-            return conn.execute(self._st.pg_pass(*shape), params).one()
+            row = conn.execute(self._st.pg_pass(*shape), params).one()
+            return row.pinned, row.fenced
 
     def _advance(
         self,

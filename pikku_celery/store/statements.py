@@ -20,6 +20,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..db import now_ms_expr
 from .model import AttemptStatus, RunStatus, StepKind, StepStatus
 from .schema import attempt_table, run_table, signal_table, step_table
+from .settle import SETTLED_CHANNEL
 
 Dialect = Literal["postgresql", "mysql", "sqlite"]
 
@@ -598,6 +599,8 @@ class Statements:
         (0, 0) the version moved and nothing was written; (1, 0) the outcome
         was superseded and nothing was written; (1, 1) the pass landed.
         ``kind`` None: a pass without an outcome (a new run's first pass).
+        A pass that ends the run also sends its settle NOTIFY (delivered at
+        commit, so only if it landed): no statement of its own for it.
         """
         at = _p("now", sa.BigInteger())
         pinned = (
@@ -658,11 +661,18 @@ class Statements:
                 .cte("recorded")
             )
             ctes.append(recorded)
-        count = sa.func.count()
-        return sa.select(
-            sa.select(count).select_from(pinned).scalar_subquery().label("pinned"),
+        counts = [
+            sa.select(sa.func.count()).select_from(pinned).scalar_subquery().label("pinned"),
             sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),
-        ).add_cte(*ctes)
+        ]
+        if ends:
+            # A SELECT in a WITH runs only if read: the count reads it.
+            notified = sa.select(
+                sa.func.pg_notify(sa.literal(SETTLED_CHANNEL), passed.c.id).label("sent")
+            ).cte("notified")
+            sent = sa.select(sa.func.count()).select_from(notified).scalar_subquery()
+            counts.append(sent.label("notified"))
+        return sa.select(*counts).add_cte(*ctes)
 
     def mysql_claim_batch(self, inline_row_count: bool) -> list[sa.ClauseElement | str]:
         """MySQL: the claim as one multi-statement batch (see .batch).

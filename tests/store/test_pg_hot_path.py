@@ -24,9 +24,12 @@ that the view given to ``decide`` matches what the database holds.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -34,9 +37,11 @@ from pikku_celery.store import (
     Decision,
     NewRun,
     RunState,
+    RunStatus,
     RunView,
     StepStatus,
 )
+from pikku_celery.store.settle import SETTLED_CHANNEL
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.store.statements import CLAIM_VIEW_STEPS
 from tests.store.conftest import one_connection_store
@@ -303,3 +308,74 @@ def test_claim_after_own_pass_in_a_big_run_takes_the_remembered_steps(
     assert len(view.steps) == size + 1
     assert [s.result for s in view.steps[-2:]] == ["last", "new"]
     assert view.steps == store.get_steps(run.id)
+
+
+# --- the settle NOTIFY ---------------------------------------------------------
+
+
+@contextmanager
+def settle_notes(url: sa.URL) -> Iterator[Callable[[], list[str]]]:
+    """A LISTEN on the settle channel; the callable returns every run id
+    announced so far, read up to a marker this test sends (notifications
+    come in commit order, so all earlier ones are in)."""
+    with psycopg.connect(url.set(drivername="postgresql").render_as_string(False)) as conn:
+        conn.autocommit = True
+        conn.execute(f"LISTEN {SETTLED_CHANNEL}")
+
+        def read() -> list[str]:
+            marker = f"marker-{uuid.uuid4()}"
+            conn.execute("SELECT pg_notify(%s, %s)", (SETTLED_CHANNEL, marker))
+            seen: list[str] = []
+            for note in conn.notifies(timeout=10):
+                if note.payload == marker:
+                    return seen
+                seen.append(note.payload)
+            raise AssertionError("the marker never came back")
+
+        yield read
+
+
+def end_run(view: RunView) -> Decision:
+    return Decision(run_status=RunStatus.COMPLETED, output=len(view.steps))
+
+
+def test_a_pass_ending_the_run_announces_it_in_its_own_round_trip(
+    store: SQLWorkflowStore, store_pg_engine: sa.Engine
+) -> None:
+    warm_up(store)
+    run, [step] = make_tasks(store, 1)
+    store.advance(run.id, ok(claim(store, step, "w")), end_run)  # prepares the statement
+    run, [step] = make_tasks(store, 1)
+    got = claim(store, step, "w")
+    with settle_notes(store_pg_engine.url) as notes:
+        result, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got), end_run))
+        assert round_trips(wire) == 1
+        assert result.run.status == RunStatus.COMPLETED == current(store, run.id).status
+        assert notes() == [run.id]  # once
+
+
+def test_a_locked_pass_ending_the_run_announces_it_once(
+    store: SQLWorkflowStore, other: SQLWorkflowStore, store_pg_engine: sa.Engine
+) -> None:
+    run, [step] = make_tasks(store, 1)
+    other.advance(run.id, ok(claim(other, step, "w")), next_step(1))
+    with settle_notes(store_pg_engine.url) as notes:
+        # A pass with no outcome, not by the creating thread: the locked pass.
+        result = other.advance(run.id, None, end_run)
+        assert result.run.status == RunStatus.COMPLETED
+        assert notes() == [run.id]
+
+
+def test_a_pass_that_misses_announces_nothing(
+    store: SQLWorkflowStore, other: SQLWorkflowStore, store_pg_engine: sa.Engine
+) -> None:
+    """The ending statement of a pass whose version moved writes nothing and
+    sends nothing; the locked pass that takes over announces the end once."""
+    warm_up(store)
+    run, [step] = make_tasks(store, 1)
+    got = claim(store, step, "w")
+    other.send_signal(run.id, "go", None)  # the version moves after the claim read it
+    with settle_notes(store_pg_engine.url) as notes:
+        result = store.advance(run.id, ok(got), end_run)
+        assert result.run.status == RunStatus.COMPLETED
+        assert notes() == [run.id]
