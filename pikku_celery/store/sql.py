@@ -409,17 +409,20 @@ class _Row:
 
 class _Direct:
     """The hot statements compiled once for libpq (:mod:`pikku_celery.libpq`):
-    the claim and the optimistic pass, on PostgreSQL through psycopg."""
+    the claim, the optimistic pass, and a run's insert and read (each run's
+    start and wait), on PostgreSQL through psycopg."""
 
-    def __init__(self, engine: sa.Engine, claim_view: sa.Select[Any]) -> None:
+    def __init__(self, engine: sa.Engine, st: Any) -> None:
         # Imported here: psycopg is loaded only by stores that use it.
         from ..libpq import PgStatement, run_pooled
 
         self._dialect = engine.dialect
         self._compile = PgStatement.compile
         self.run = run_pooled
-        self.claim = self._compile(claim_view, self._dialect)
+        self.claim = self._compile(st.pg_claim_view, self._dialect)
         self.notify = self._compile(NOTIFY_SETTLED, self._dialect)
+        self.create_run = self._compile(st.run_insert_returning, self._dialect)
+        self.get_run = self._compile(st.run_get, self._dialect)
         self._passes: dict[tuple[str | None, bool, bool], Any] = {}
         self._names: dict[bytes, tuple[str, ...]] = {}
 
@@ -476,7 +479,7 @@ class SQLWorkflowStore:
         )
         self._direct: _Direct | None = None
         if self._st.pg_claim_view is not None and engine.dialect.driver == "psycopg":
-            self._direct = _Direct(engine, self._st.pg_claim_view)
+            self._direct = _Direct(engine, self._st)
         if create_tables is None:
             create_tables = self._dialect == "sqlite"
         try:
@@ -554,18 +557,26 @@ class SQLWorkflowStore:
         text = dumps(new.input, f"workflow {new.workflow!r}", "input")
         st = self._st
         key = {"p_workflow": new.workflow, "p_key": new.idempotency_key}
+        params = _run_params(new, text)
         try:
-            with self._one() as conn:
-                if new.idempotency_key is not None:
-                    row = conn.execute(st.run_by_key, key).first()
-                    if row is not None:
-                        return _run_from(row), False
-                params = _run_params(new, text)
-                if self._dialect == "mysql":
-                    now = updated = int(conn.execute(st.now).scalar_one())
-                    conn.execute(st.run_insert, {**params, "created_at": now, "updated_at": now})
-                else:
-                    now, updated = conn.execute(st.run_insert_returning, params).one()
+            made = None
+            if self._direct is not None and new.idempotency_key is None:
+                made = self._direct_rows(self._direct.create_run, params)
+            if made:
+                now, updated = made[0].created_at, made[0].updated_at
+            else:
+                with self._one() as conn:
+                    if new.idempotency_key is not None:
+                        row = conn.execute(st.run_by_key, key).first()
+                        if row is not None:
+                            return _run_from(row), False
+                    if self._dialect == "mysql":
+                        now = updated = int(conn.execute(st.now).scalar_one())
+                        conn.execute(
+                            st.run_insert, {**params, "created_at": now, "updated_at": now}
+                        )
+                    else:
+                        now, updated = conn.execute(st.run_insert_returning, params).one()
             run = replace(_new_run_state(new, text, int(now)), updated_at=int(updated))
             if self._st.pg_view is not None:
                 fresh = _ClaimView(
@@ -583,9 +594,14 @@ class SQLWorkflowStore:
 
     def get_run(self, run_id: str) -> RunState | None:
         """The run, or None if there is no run with that id."""
-        with self._one() as conn:
-            row = conn.execute(self._st.run_get, {"p_id": run_id}).first()
-        return None if row is None else _run_from(row)
+        params = {"p_id": run_id}
+        rows: Sequence[Any] | None = None
+        if self._direct is not None:
+            rows = self._direct_rows(self._direct.get_run, params)
+        if rows is None:
+            with self._one() as conn:
+                rows = conn.execute(self._st.run_get, params).all()
+        return _run_from(rows[0]) if rows else None
 
     def list_runs(
         self,

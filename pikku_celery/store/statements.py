@@ -181,11 +181,19 @@ class Statements:
             R.c.workflow == _p("workflow"), R.c.idempotency_key == _p("key")
         )
         self.run_insert = sa.insert(R)
+        stamped = ("created_at", "updated_at")  # the database clock
         self.run_insert_returning = (
             # both columns back: each reads the clock, and the two reads
-            # may fall in different milliseconds
+            # may fall in different milliseconds. Every other column is an
+            # explicit parameter: the statement compiles whole, once, for
+            # PostgreSQL's fast path too.
             sa.insert(R)
-            .values(created_at=now, updated_at=now)
+            .values(
+                {
+                    **{c.name: sa.bindparam(c.name, type_=c.type) for c in R.c},
+                    **dict.fromkeys(stamped, now),
+                }
+            )
             .returning(R.c.created_at, R.c.updated_at)
         )
         not_terminal = _not_terminal(R)

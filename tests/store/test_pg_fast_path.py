@@ -22,10 +22,11 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from pikku_celery.store import AdvanceResult, Decision, RunView, StepOutcome, StepStatus
+from pikku_celery.store import AdvanceResult, Decision, NewRun, RunView, StepOutcome, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore, _Direct
 from tests.services import terminate_backend
 from tests.store.support import TASK, claim, make_tasks, task
+from tests.store.wire import on_wire, round_trips
 
 
 @pytest.fixture
@@ -214,3 +215,18 @@ def test_a_refused_connection_fails_the_claim_as_the_general_path_would(
     assert claim(store, step, "w").attempt == 1
     check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
     assert pool.checkedout() == 0
+
+
+def test_a_run_is_created_and_read_by_prepared_statements_in_one_round_trip_each(
+    store: SQLWorkflowStore,
+) -> None:
+    # Each start of a run and each RunHandle.wait pays for these.
+    cycle(store)
+    run, _ = store.create_run(NewRun(workflow="wf", input={"n": 1}))  # prepares both
+    assert store.get_run(run.id) == run
+    made, wire = on_wire(store.engine, lambda: store.create_run(NewRun(workflow="wf", input=[1])))
+    assert made[1] and round_trips(wire) == 1
+    read, wire = on_wire(store.engine, lambda: store.get_run(made[0].id))
+    assert read == made[0] and round_trips(wire) == 1
+    names = prepared(store.engine)
+    assert {direct(store).create_run.name.decode(), direct(store).get_run.name.decode()} <= names
