@@ -36,6 +36,8 @@ class CeleryDispatcher:
         self.app = app
         self.leases = leases
         self.orchestration_queue = orchestration_queue
+        self._router: Any = None
+        self._queues: dict[str, str | None] = {}
 
     # --- tasks and queues ----------------------------------------------------
     def task_name(self, task: Any) -> str:
@@ -53,10 +55,17 @@ class CeleryDispatcher:
         return name
 
     def task_queue(self, task_name: str) -> str | None:
-        route = self.app.amqp.router.route({}, task_name)
-        queue = route.get("queue")
-        name = getattr(queue, "name", queue)
-        return str(name) if name else None
+        # Resolved once per task name and router: Celery reads task_routes
+        # once into its router too, and every new step asks.
+        router = self.app.amqp.router
+        if router is not self._router:
+            self._router, self._queues = router, {}
+        if task_name not in self._queues:
+            route = router.route({}, task_name)
+            queue = route.get("queue")
+            name = getattr(queue, "name", queue)
+            self._queues[task_name] = str(name) if name else None
+        return self._queues[task_name]
 
     def lease_ms(self, queue: str | None) -> int:
         return max(1, round(self.leases.lease(queue).seconds * 1000))
