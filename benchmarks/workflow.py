@@ -1,13 +1,18 @@
 """A durable workflow against the plain Celery chain it replaces, same broker, same run.
 
-    python benchmarks/workflow.py [--steps 10] [--runs 30] [--concurrent 50]
+    python benchmarks/workflow.py [--steps 10] [--runs 30] [--concurrent 50] [--rounds 3]
 
 Latency: one `celery worker --pool solo` on a Redis broker and a scratch
 PostgreSQL database; interleaved, a chain of N `inc` links (waiting on its
 result in the Redis backend) and an N-step pikku workflow of the same task
 (waiting with RunHandle.wait). Throughput: a `--pool prefork -c 2` worker;
-C concurrent N-step workflows against C concurrent N-link chains. Prints the
-medians, steps/s and the ratios.
+C concurrent N-step workflows against C concurrent N-link chains, in
+alternating rounds. Prints the medians, steps/s and the ratios.
+
+The machines this runs on change speed from minute to minute, so each
+workflow is paired with the chain run just before it: the ratio of each pair
+is immune to a slow minute that hits both, and their quartiles show the
+spread. Compare ratios, not milliseconds, between runs of this script.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--concurrent", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=3, help="throughput rounds of each")
     args = p.parse_args()
 
     tag = f"pikku_bench_{uuid.uuid4().hex[:8]}"
@@ -69,7 +75,7 @@ def main() -> int:
         w.wait(30)
 
     worker = start_worker("--pool", "solo")
-    through: dict[str, float] = {}
+    through: dict[str, list[float]] = {"chain": [], "workflow": []}
     try:
         from celery import chain
 
@@ -93,17 +99,20 @@ def main() -> int:
         worker = start_worker("--pool", "prefork", "-c", "2")
         print(f"throughput: {args.concurrent} concurrent runs, prefork -c 2 ...", file=sys.stderr)
         chain(inc.s(0), inc.s()).apply_async().get(timeout=60)  # the pool is up
-        t0 = time.perf_counter()
-        results = [
-            chain(inc.s(0), *[inc.s() for _ in range(args.steps - 1)]).apply_async()
-            for _ in range(args.concurrent)
-        ]
-        assert all(r.get(timeout=120) == args.steps for r in results)
-        through["chain"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        handles = [benchapp.linear.start(args.steps) for _ in range(args.concurrent)]
-        assert all(h.wait(timeout=120) == args.steps for h in handles)
-        through["workflow"] = time.perf_counter() - t0
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            results = [
+                chain(inc.s(0), *[inc.s() for _ in range(args.steps - 1)]).apply_async()
+                for _ in range(args.concurrent)
+            ]
+            assert all(r.get(timeout=120) == args.steps for r in results)
+            through["chain"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            handles = [benchapp.linear.start(args.steps) for _ in range(args.concurrent)]
+            assert all(h.wait(timeout=120) == args.steps for h in handles)
+            through["workflow"].append(time.perf_counter() - t0)
+            print(f"\r  round {len(through['chain'])}/{args.rounds}", end="", file=sys.stderr)
+        print(file=sys.stderr)
     finally:
         stop_worker(worker)
         log.close()
@@ -118,16 +127,26 @@ def main() -> int:
     print(f"|{'-' * 30}|{'-' * 11}|{'-' * 13}|")
     print(f"| {'Celery chain (Redis backend)':<28} | {c * 1000:>9.2f} | {c * 1000 / n:>11.2f} |")
     print(f"| {'pikku workflow':<28} | {f * 1000:>9.2f} | {f * 1000 / n:>11.2f} |")
+    q1, q2, q3 = quartiles([w / k for w, k in zip(flows, chains, strict=True)])
     print(f"\ndurable step adds {(f - c) * 1000 / n:+.2f} ms per step ({f / c:.2f}x the chain)")
+    print(f"paired ratio: median {q2:.2f}x the chain (quartiles {q1:.2f} to {q3:.2f})")
     steps = args.concurrent * n
-    tc, tw = through["chain"], through["workflow"]
-    print(f"\n{args.concurrent} concurrent {n}-step runs, prefork -c 2\n")
+    tc, tw = statistics.median(through["chain"]), statistics.median(through["workflow"])
+    print(f"\n{args.concurrent} concurrent {n}-step runs, prefork -c 2, median of {args.rounds}\n")
     print(f"| {'what':<28} | {'wall s':>7} | {'steps/s':>8} |")
     print(f"|{'-' * 30}|{'-' * 9}|{'-' * 10}|")
     print(f"| {'Celery chains':<28} | {tc:>7.2f} | {steps / tc:>8.0f} |")
     print(f"| {'pikku workflows':<28} | {tw:>7.2f} | {steps / tw:>8.0f} |")
-    print(f"\nworkflow time {tw / tc:.2f}x the chains'")
+    rounds = ", ".join(
+        f"{w / k:.2f}" for w, k in zip(through["workflow"], through["chain"], strict=True)
+    )
+    print(f"\nworkflow time {tw / tc:.2f}x the chains' (each round: {rounds})")
     return 0
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[1], q[2]
 
 
 if __name__ == "__main__":
