@@ -230,3 +230,16 @@ def test_a_run_is_created_and_read_by_prepared_statements_in_one_round_trip_each
     assert read == made[0] and round_trips(wire) == 1
     names = prepared(store.engine)
     assert {direct(store).create_run.name.decode(), direct(store).get_run.name.decode()} <= names
+
+
+def test_connection_listeners_see_the_fast_path_s_connections(store: SQLWorkflowStore) -> None:
+    # An engine_connect listener (no statement listener): the fast path still
+    # runs, through a Connection, so the listener sees each one it uses.
+    connected: list[sa.Connection] = []
+    sa.event.listen(store.engine, "engine_connect", connected.append)
+    run, [step] = make_tasks(store, 1)
+    connected.clear()
+    got = claim(store, step, "w")
+    assert len(connected) == 1
+    check_passed(store, run.id, store.advance(run.id, outcome(got.id), decide))
+    assert {claim_sql(store).name.decode(), pass_sql(store).name.decode()} <= prepared(store.engine)
