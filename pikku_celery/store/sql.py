@@ -388,7 +388,7 @@ class _ClaimView:
 class _Passed:
     """A run's steps as an optimistic pass of this store wrote them."""
 
-    version: int  # the run's version after that pass
+    run: RunState  # the run as that pass left it (its version, its input)
     steps: list[StepState]
 
 
@@ -700,7 +700,7 @@ class SQLWorkflowStore:
         passed = None
         if st.pg_claim_view is not None:
             passed = self._passed.pop(step_id, None)
-            params["p_known"] = -1 if passed is None else passed.version
+            params["p_known"] = -1 if passed is None else passed.run.version
             if self._direct is not None:
                 rows = self._direct_rows(self._direct.claim, params)
                 if rows:
@@ -768,8 +768,10 @@ class SQLWorkflowStore:
         m = head._mapping
         claimed = SimpleNamespace(**{name: m["c_" + name] for name in _STEP_COLUMNS})
         step = _step_from(claimed)
-        if passed is not None and head.r_version == passed.version:
-            # The claim read no steps: no pass has landed since ours.
+        run = None
+        if passed is not None and head.r_version == passed.run.version:
+            # The claim read no steps and no input: no pass has landed since ours.
+            run = passed.run
             steps = [step if s.id == step.id else s for s in passed.steps]
         elif len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
             return step  # a big run: the claim read at most its first steps
@@ -779,7 +781,7 @@ class SQLWorkflowStore:
             self._claim_views,
             (step.id, step.attempt),
             _ClaimView(
-                _run_from(head, "r_"),
+                run or _run_from(head, "r_"),
                 steps,
                 int(head.db_now),
                 bool(head.has_signals),
@@ -1044,7 +1046,7 @@ class SQLWorkflowStore:
             assert outcome is not None  # a pass without one is fenced by its pin
             raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
         if len(publish) == 1 and len(encoded.steps) == 1:
-            after = _Passed(new_run.version, [*steps, publish[0]])
+            after = _Passed(new_run, [*steps, publish[0]])
             _remember(self._passed, publish[0].id, after)
         return AdvanceResult(run=new_run, steps=publish, decision=decision)
 

@@ -357,9 +357,17 @@ class Statements:
             # claim (the claimed step's new state comes in the c_ columns).
             # The pass then skips its own read; its version check still guards
             # against anything that happened in between.
+            # The run's input (up to max_input_bytes, never changed) is not
+            # sent again to the claimer that knows the run at this version.
+            known = _p("known", sa.BigInteger())
             claim_head = (
                 sa.select(
-                    *[c.label(f"r_{c.name}") for c in R.c],
+                    *[
+                        sa.case((R.c.version == known, sa.null()), else_=c).label("r_input")
+                        if c.name == "input"
+                        else c.label(f"r_{c.name}")
+                        for c in R.c
+                    ],
                     now.label("db_now"),
                     sa.exists().where(G.c.run_id == R.c.id).label("has_signals"),
                 )
@@ -375,7 +383,7 @@ class Statements:
                 .where(
                     S.c.run_id == claim_head.c.r_id,
                     claimed.c.seq < CLAIM_VIEW_STEPS,
-                    claim_head.c.r_version != _p("known", sa.BigInteger()),
+                    claim_head.c.r_version != known,
                 )
                 .order_by(S.c.seq)
                 .limit(CLAIM_VIEW_STEPS + 1)

@@ -22,6 +22,8 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from pikku_celery.errors import StoreError
+from pikku_celery.libpq import PgConnection
 from pikku_celery.store import AdvanceResult, Decision, NewRun, RunView, StepOutcome, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore, _Direct
 from tests.services import terminate_backend
@@ -243,3 +245,43 @@ def test_connection_listeners_see_the_fast_path_s_connections(store: SQLWorkflow
     assert len(connected) == 1
     check_passed(store, run.id, store.advance(run.id, outcome(got.id), decide))
     assert {claim_sql(store).name.decode(), pass_sql(store).name.decode()} <= prepared(store.engine)
+
+
+def test_a_refused_insert_leaves_the_connection_in_the_pool_and_usable(
+    store: SQLWorkflowStore,
+) -> None:
+    run, _ = store.create_run(NewRun(workflow="wf", input={}))
+    pid = backend_pid(store.engine)
+    with pytest.raises(StoreError):  # the same id twice: a unique violation
+        store.create_run(NewRun(workflow="wf", input={}, id=run.id))
+    assert store.engine.pool.checkedout() == 0
+    assert backend_pid(store.engine) == pid  # not a disconnect: the connection stays
+    cycle(store)
+
+
+def test_an_interrupt_mid_statement_drops_the_connection_and_the_next_call_reconnects(
+    store: SQLWorkflowStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A signal handler's exception (Ctrl-C, Celery's soft time limit) while a
+    # statement waits: the connection's line is in an unknown state.
+    cycle(store)
+    _, [step] = make_tasks(store, 1)
+    pid = backend_pid(store.engine)
+    wait = PgConnection._wait
+
+    def interrupted(self: PgConnection) -> Any:
+        monkeypatch.setattr(PgConnection, "_wait", wait)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PgConnection, "_wait", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.claim_step(step.id, TASK, "w", 60_000)
+    assert store.engine.pool.checkedout() == 0
+    got = store.claim_step(step.id, TASK, "w", 60_000)  # on a new connection
+    assert backend_pid(store.engine) != pid
+    # The interrupted claim may have landed before the wait was cut short:
+    # then this one finds the step running, as a redelivery would.
+    if got is None:
+        assert store.get_step(step.id).status == StepStatus.RUNNING  # type: ignore[union-attr]
+    else:
+        assert got.attempt == 1

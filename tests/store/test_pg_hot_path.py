@@ -210,6 +210,43 @@ def test_claim_after_own_pass_takes_the_remembered_steps(store: SQLWorkflowStore
     assert current(store, run.id).version == 7
 
 
+def longest_row(lines: list[str]) -> int:
+    """The length of the biggest row the server sent (libpq trace: its third field)."""
+    rows = [line.split("\t") for line in lines if "\tB\t" in line and "\tDataRow\t" in line]
+    return max(int(fields[2]) for fields in rows)
+
+
+def test_a_claim_after_own_pass_does_not_read_the_input_again(
+    store: SQLWorkflowStore, other: SQLWorkflowStore
+) -> None:
+    """A run's input (up to max_input_bytes) never changes: the claim that
+    knows the run at its version gets it from the pass, not the wire."""
+    warm_up(store)
+    big = {"doc": "x" * 50_000}
+    run, _ = store.create_run(NewRun(workflow="wf", input=big))
+    store.advance(run.id, None, next_step(0))
+    got = claim(store, store.get_steps(run.id)[0], "w")
+    for i in range(1, 3):
+        decide = next_step(i)
+        store.advance(run.id, ok(got, i), decide)
+        if i == 1:
+            assert decide.views[0].run.input == big  # read by the first claim
+        got, wire = on_wire(store.engine, partial(claim, store, store.get_steps(run.id)[i], "w"))
+        assert longest_row(wire) < 5_000  # the step and the run, no input
+    before = current(store, run.id)
+    decide = Decider(lambda view: Decision())
+    store.advance(run.id, ok(got, 3), decide)
+    [view] = decide.views
+    assert view.run == before  # the run as stored, its input included
+    assert view.run.input == big
+
+    # Another store (worker process) knows nothing: its claim reads the input.
+    run2, _ = other.create_run(NewRun(workflow="wf", input=big))
+    other.advance(run2.id, None, next_step(0))
+    _, wire = on_wire(store.engine, partial(claim, store, store.get_steps(run2.id)[0], "w"))
+    assert longest_row(wire) > 50_000
+
+
 def test_claim_after_another_stores_pass_reads_the_steps(
     store: SQLWorkflowStore, other: SQLWorkflowStore
 ) -> None:
