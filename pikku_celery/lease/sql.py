@@ -40,8 +40,6 @@ from ..store.schema import lease_table
 from .base import TTL, Lease, ttl_millis
 
 if TYPE_CHECKING:
-    from psycopg import pq
-
     from ..libpq import PgStatement
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -264,28 +262,26 @@ class SQLLeaseService:
 
     # -- the PostgreSQL fast path ----------------------------------------------
 
-    def _pg_run(self, stmt: PgStatement, params: dict[str, Any]) -> pq.abc.PGresult | None:
-        """Run one statement straight on libpq (see ``pikku_celery/libpq.py``).
+    def _pg_run(self, stmt: PgStatement, params: dict[str, Any]) -> list[Any] | None:
+        """Run one statement straight on libpq (see ``pikku_celery/libpq.py``); its rows.
 
         None: this call takes the general path instead (a value libpq cannot
         take as text, execution event listeners to fire or ``echo`` on, a
         transaction left open on the connection).
         """
-        from ..libpq import run_direct
+        from ..libpq import run_direct, run_pooled
 
         if self._conn is None:
             # No isolation level to set: libpq sends no BEGIN of its own.
-            with self._engine.connect() as conn:
-                done = run_direct(conn, stmt, params)
-        else:
-            with self._lock:
-                conn = self._conn
-                if conn.invalidated:
-                    # Reconnect as _begin does, so the connection is in
-                    # autocommit for the general path too.
-                    conn.execution_options(isolation_level="AUTOCOMMIT")
-                done = run_direct(conn, stmt, params)
-        return None if done is None else done[1]
+            return run_pooled(self._engine, stmt, params)
+        with self._lock:
+            conn = self._conn
+            if conn.invalidated:
+                # Reconnect as _begin does, so the connection is in
+                # autocommit for the general path too.
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+            done = run_direct(conn, stmt, params)
+            return None if done is None else done[0].rows(done[1])
 
     # -- the LeaseService protocol ---------------------------------------------
 
@@ -293,12 +289,11 @@ class SQLLeaseService:
         """Grant ``key`` to ``holder`` unless another holder's lease is live."""
         params = {"lease_key": key, "lease_holder": holder, "ttl_ms": ttl_millis(ttl)}
         if self._pg is not None:
-            res = self._pg_run(self._pg.acquire, params)
-            if res is not None:
-                if res.ntuples == 0:
+            rows = self._pg_run(self._pg.acquire, params)
+            if rows is not None:
+                if not rows:
                     return None
-                token, expires = res.get_value(0, 1), res.get_value(0, 2)
-                assert token is not None and expires is not None
+                _, token, expires = rows[0]
                 return Lease(key, holder, int(token), _to_datetime(int(expires)))
 
         def work(conn: sa.Connection) -> Lease | None:
@@ -325,10 +320,9 @@ class SQLLeaseService:
             "ttl_ms": ttl_millis(ttl),
         }
         if self._pg is not None:
-            res = self._pg_run(self._pg.refresh, params)
-            if res is not None:
-                expires = res.get_value(0, 0) if res.ntuples else None
-                return None if expires is None else _lease_with(lease, int(expires))
+            rows = self._pg_run(self._pg.refresh, params)
+            if rows is not None:
+                return _lease_with(lease, int(rows[0][0])) if rows else None
 
         def work(conn: sa.Connection) -> Lease | None:
             if self._refresh_returning is not None and self._returning(conn, "update"):
@@ -358,13 +352,12 @@ class SQLLeaseService:
         """The live lease on ``key``, judged on the database clock."""
         params = {"lease_key": key}
         if self._pg is not None:
-            res = self._pg_run(self._pg.get, params)
-            if res is not None:
-                if res.ntuples == 0:
+            rows = self._pg_run(self._pg.get, params)
+            if rows is not None:
+                if not rows:
                     return None
-                holder, token, expires = (res.get_value(0, i) for i in range(3))
-                assert holder is not None and token is not None and expires is not None
-                return Lease(key, holder.decode(), int(token), _to_datetime(int(expires)))
+                holder, token, expires = rows[0]
+                return Lease(key, holder, int(token), _to_datetime(int(expires)))
         with self._begin(single=True) as conn:
             row = conn.execute(self._get, params).first()
         if row is None:
