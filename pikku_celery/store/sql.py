@@ -374,6 +374,7 @@ class _ClaimView:
     has_signals: bool
     read_at: float  # time.monotonic() of the claim
     lease_expires_at: int  # of the claimed attempt, as granted
+    input_size: int = 0  # of the run's input as stored (JSON text)
 
     def now(self) -> int:
         return self.db_now + int((time.monotonic() - self.read_at) * 1000)
@@ -390,6 +391,46 @@ class _Passed:
 
     run: RunState  # the run as that pass left it (its version, its input)
     steps: list[StepState]
+    input_size: int  # of the run's input as stored (JSON text)
+
+
+PASSED_KEPT = 256
+PASSED_INPUT_BYTES = 32 * 1024 * 1024
+
+
+class _PassedRuns:
+    """The runs this store's optimistic passes left, by the step each scheduled.
+
+    An entry is taken by that step's claim, when it lands in this process; in
+    a prefork pool about half land in another, and theirs stay until pushed
+    out. So the oldest go once PASSED_KEPT are kept, or once the inputs they
+    hold (up to max_input_bytes each) pass PASSED_INPUT_BYTES.
+    """
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, _Passed] = OrderedDict()
+        self._input_bytes = 0
+        self._lock = threading.Lock()  # a threads pool shares the store
+
+    def put(self, step_id: str, passed: _Passed) -> None:
+        with self._lock:
+            old = self._kept.pop(step_id, None)
+            if old is not None:
+                self._input_bytes -= old.input_size
+            self._kept[step_id] = passed
+            self._input_bytes += passed.input_size
+            while len(self._kept) > PASSED_KEPT or (
+                self._input_bytes > PASSED_INPUT_BYTES and len(self._kept) > 1
+            ):
+                _, dropped = self._kept.popitem(last=False)
+                self._input_bytes -= dropped.input_size
+
+    def take(self, step_id: str) -> _Passed | None:
+        with self._lock:
+            passed = self._kept.pop(step_id, None)
+            if passed is not None:
+                self._input_bytes -= passed.input_size
+            return passed
 
 
 class _Row:
@@ -467,7 +508,7 @@ class SQLWorkflowStore:
         # The run's steps as this store's last optimistic pass left them, by
         # the step that pass scheduled: that step's claim then reads only the
         # run row, and takes the steps from here if the version still matches.
-        self._passed: OrderedDict[str, _Passed] = OrderedDict()
+        self._passed = _PassedRuns()
         self._dialect = dialect_of(engine)
         self._st = statements(self._dialect)
         # PostgreSQL: single statements run in autocommit, which saves the
@@ -580,7 +621,13 @@ class SQLWorkflowStore:
             run = replace(_new_run_state(new, text, int(now)), updated_at=int(updated))
             if self._st.pg_view is not None:
                 fresh = _ClaimView(
-                    run, [], run.updated_at, False, time.monotonic(), run.updated_at + FRESH_RUN_MS
+                    run,
+                    [],
+                    run.updated_at,
+                    False,
+                    time.monotonic(),
+                    run.updated_at + FRESH_RUN_MS,
+                    len(text),
                 )
                 _remember(self._fresh_runs, run.id, (threading.get_ident(), fresh))
             return run, True
@@ -699,7 +746,7 @@ class SQLWorkflowStore:
         rows: Sequence[Any] | None = None
         passed = None
         if st.pg_claim_view is not None:
-            passed = self._passed.pop(step_id, None)
+            passed = self._passed.take(step_id)
             params["p_known"] = -1 if passed is None else passed.run.version
             if self._direct is not None:
                 rows = self._direct_rows(self._direct.claim, params)
@@ -769,9 +816,10 @@ class SQLWorkflowStore:
         claimed = SimpleNamespace(**{name: m["c_" + name] for name in _STEP_COLUMNS})
         step = _step_from(claimed)
         run = None
+        input_size = len(m["r_input"] or "")
         if passed is not None and head.r_version == passed.run.version:
             # The claim read no steps and no input: no pass has landed since ours.
-            run = passed.run
+            run, input_size = passed.run, passed.input_size
             steps = [step if s.id == step.id else s for s in passed.steps]
         elif len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
             return step  # a big run: the claim read at most its first steps
@@ -787,6 +835,7 @@ class SQLWorkflowStore:
                 bool(head.has_signals),
                 time.monotonic(),
                 int(step.lease_expires_at or 0),
+                input_size,
             ),
         )
         return step
@@ -968,7 +1017,7 @@ class SQLWorkflowStore:
             # Read at claim time; "now" moves on by this process's
             # monotonic clock, anchored on the database's.
             run, steps, has_signals = kept.run, kept.steps, kept.has_signals
-            now = kept.now()
+            now, input_size = kept.now(), kept.input_size
         else:
             with self._one() as conn:
                 rows = conn.execute(st.pg_view, {"p_id": run_id}).all()
@@ -976,7 +1025,7 @@ class SQLWorkflowStore:
                 raise RunNotFoundError(f"no workflow run {run_id!r}")
             head = rows[0]
             run = _run_from(head, "r_")
-            now = int(head.db_now)
+            now, input_size = int(head.db_now), len(head.r_input or "")
             steps = [_step_from(r) for r in rows if r.id is not None]
             has_signals = bool(head.has_signals)
         if run.status.terminal:
@@ -1046,8 +1095,7 @@ class SQLWorkflowStore:
             assert outcome is not None  # a pass without one is fenced by its pin
             raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
         if len(publish) == 1 and len(encoded.steps) == 1:
-            after = _Passed(new_run, [*steps, publish[0]])
-            _remember(self._passed, publish[0].id, after)
+            self._passed.put(publish[0].id, _Passed(new_run, [*steps, publish[0]], input_size))
         return AdvanceResult(run=new_run, steps=publish, decision=decision)
 
     def _pass_write(self, shape: tuple[str | None, bool, bool], params: dict[str, Any]) -> Any:
