@@ -374,7 +374,7 @@ class _ClaimView:
     has_signals: bool
     read_at: float  # time.monotonic() of the claim
     lease_expires_at: int  # of the claimed attempt, as granted
-    input_size: int = 0  # of the run's input as stored (JSON text)
+    input_size: int  # of the run's input as stored (its JSON text's length)
 
     def now(self) -> int:
         return self.db_now + int((time.monotonic() - self.read_at) * 1000)
@@ -391,7 +391,7 @@ class _Passed:
 
     run: RunState  # the run as that pass left it (its version, its input)
     steps: list[StepState]
-    input_size: int  # of the run's input as stored (JSON text)
+    input_size: int  # of the run's input as stored (its JSON text's length)
 
 
 PASSED_KEPT = 256
@@ -465,7 +465,6 @@ class _Direct:
         self.create_run = self._compile(st.run_insert_returning, self._dialect)
         self.get_run = self._compile(st.run_get, self._dialect)
         self._passes: dict[tuple[str | None, bool, bool], Any] = {}
-        self._names: dict[bytes, tuple[str, ...]] = {}
 
     def pass_statement(self, st: Any, kind: str | None, new_step: bool, ends: bool) -> Any:
         key = (kind, new_step, ends)
@@ -481,9 +480,7 @@ class _Direct:
         rows = self.run(engine, stmt, params)
         if rows is None:
             return None
-        names = self._names.get(stmt.name)
-        if names is None:
-            names = self._names[stmt.name] = stmt.columns
+        names = stmt.columns  # the result's, kept on the statement by its first run
         return [_Row(dict(zip(names, values, strict=True))) for values in rows]
 
 
