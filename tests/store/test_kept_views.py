@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -36,24 +36,36 @@ def frequent_switches() -> Iterator[None]:
     sys.setswitchinterval(before)
 
 
-def test_threads_keeping_views_at_the_limit_never_fail(frequent_switches: None) -> None:
-    views: OrderedDict[Any, Any] = OrderedDict((("old", i), i) for i in range(CLAIM_VIEWS_KEPT))
+THREADS = 8
+
+
+def race(work: Callable[[int], None]) -> list[BaseException]:
+    """``work(n)`` on THREADS threads at once; what any of them raised."""
     errors: list[BaseException] = []
 
-    def keep(n: int) -> None:
+    def run(n: int) -> None:
         try:
-            for i in range(100_000):
-                _remember(views, (n, i), i)
+            work(n)
         except BaseException as exc:  # any failure is the finding
             errors.append(exc)
 
-    threads = [threading.Thread(target=keep, args=(n,)) for n in range(8)]
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
-    assert len(views) <= CLAIM_VIEWS_KEPT + len(threads)  # trimmed, give or take a race
+    return errors
+
+
+def test_threads_keeping_views_at_the_limit_never_fail(frequent_switches: None) -> None:
+    views: OrderedDict[Any, Any] = OrderedDict((("old", i), i) for i in range(CLAIM_VIEWS_KEPT))
+
+    def keep(n: int) -> None:
+        for i in range(100_000):
+            _remember(views, (n, i), i)
+
+    assert race(keep) == []
+    assert len(views) <= CLAIM_VIEWS_KEPT + THREADS  # trimmed, give or take a race
 
 
 def passed(size: int) -> _Passed:
@@ -87,22 +99,23 @@ def test_threads_putting_and_taking_passed_runs_keep_the_count_of_bytes(
     frequent_switches: None,
 ) -> None:
     memo = _PassedRuns()
-    errors: list[BaseException] = []
 
     def work(n: int) -> None:
-        try:
-            for i in range(20_000):
-                memo.put(f"{n}-{i}", passed(1 + i % 7))
-                if i % 2:
-                    memo.take(f"{n}-{i - 1}")
-        except BaseException as exc:  # any failure is the finding
-            errors.append(exc)
+        for i in range(20_000):
+            memo.put(f"{n}-{i}", passed(1 + i % 7))
+            if i % 2:
+                memo.take(f"{n}-{i - 1}")
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert race(work) == []
     assert len(memo._kept) <= PASSED_KEPT
     assert memo._input_bytes == sum(p.input_size for p in memo._kept.values())
+
+
+def test_a_passed_run_kept_again_for_the_same_step_is_counted_once() -> None:
+    memo = _PassedRuns()
+    memo.put("s", passed(10))
+    memo.put("s", passed(30))  # a pass of the same step again (its retry)
+    assert memo._input_bytes == 30
+    taken = memo.take("s")
+    assert taken is not None and taken.input_size == 30
+    assert memo._input_bytes == 0
