@@ -231,8 +231,8 @@ class PgConnection:
 
 def run_direct(
     conn: sa.Connection, stmt: PgStatement, params: Mapping[str, object]
-) -> tuple[PgConnection, pq.abc.PGresult] | None:
-    """Run ``stmt`` on ``conn``'s psycopg connection, straight on libpq.
+) -> list[Any] | None:
+    """Run ``stmt`` on ``conn``'s psycopg connection, straight on libpq; its rows.
 
     None: this call takes the general path instead (a value libpq cannot
     take as text, execution event listeners to fire or ``echo`` on, a
@@ -243,9 +243,7 @@ def run_direct(
         # Tracing or SQL logging: SQLAlchemy fires the events and logs.
         return None
     try:
-        state = _state_of(conn.connection)
-        res = state.run(stmt, params)
-        return None if res is None else (state, res)
+        return _rows_on(conn.connection, stmt, params)
     except psycopg.Error as err:
         # What SQLAlchemy does with a driver error outside an execution
         # context: the same exception types, the connection (and on a
@@ -265,7 +263,7 @@ def run_direct(
 def run_pooled(
     engine: sa.Engine, stmt: PgStatement, params: Mapping[str, object]
 ) -> list[Any] | None:
-    """:func:`run_direct` on a connection of ``engine``'s pool; the rows loaded.
+    """:func:`run_direct` on a connection of ``engine``'s pool.
 
     The connection comes straight from the pool, without the
     :class:`~sqlalchemy.engine.Connection` around it (its set-up and
@@ -277,17 +275,14 @@ def run_pooled(
     """
     if engine._has_events or engine._should_log_info():
         with engine.connect() as conn:
-            done = run_direct(conn, stmt, params)
-            return None if done is None else _loaded(stmt, *done)
+            return run_direct(conn, stmt, params)
     try:
         fairy = engine.raw_connection()
     except psycopg.Error as err:  # cannot connect: raised as engine.connect() would
         sa.Connection._handle_dbapi_exception_noconnection(err, engine.dialect, engine)
         raise AssertionError("unreachable") from err  # pragma: no cover - it always raises
     try:
-        state = _state_of(fairy)
-        res = state.run(stmt, params)
-        rows = None if res is None else _loaded(stmt, state, res)
+        rows = _rows_on(fairy, stmt, params)
     except psycopg.Error as err:
         # As run_direct: the error as SQLAlchemy raises it, the connection
         # (and on a disconnect the pool) invalidated; closing the Connection
@@ -298,6 +293,7 @@ def run_pooled(
     except BaseException as err:
         fairy.invalidate(err)  # a signal mid-statement: its line is in an unknown state
         raise
+    state: PgConnection = fairy.info[STATE_KEY]
     if rows is not None and state.pgconn.transaction_status == _IDLE:
         fairy._close_special(transaction_reset=True)  # nothing to roll back
     else:
@@ -305,17 +301,16 @@ def run_pooled(
     return rows
 
 
-def _state_of(fairy: Any) -> PgConnection:
-    """The fast path's state of a pooled connection (made again after a reconnect)."""
+def _rows_on(fairy: Any, stmt: PgStatement, params: Mapping[str, object]) -> list[Any] | None:
+    """``stmt``'s rows on a pooled connection; the result's column names are
+    kept on the statement the first time. None: the general path's call."""
     state: PgConnection | None = fairy.info.get(STATE_KEY)
     driver = fairy.driver_connection
-    if state is None or state.driver is not driver:
+    if state is None or state.driver is not driver:  # new, or made again after a reconnect
         state = fairy.info[STATE_KEY] = PgConnection(driver)
-    return state
-
-
-def _loaded(stmt: PgStatement, state: PgConnection, res: pq.abc.PGresult) -> list[Any]:
-    """The result's rows; its column names kept on the statement the first time."""
+    res = state.run(stmt, params)
+    if res is None:
+        return None
     if stmt.columns is None:
         stmt.columns = tuple((res.fname(i) or b"").decode() for i in range(res.nfields))
     return state.rows(res)

@@ -280,8 +280,7 @@ class SQLLeaseService:
                 # Reconnect as _begin does, so the connection is in
                 # autocommit for the general path too.
                 conn.execution_options(isolation_level="AUTOCOMMIT")
-            done = run_direct(conn, stmt, params)
-            return None if done is None else done[0].rows(done[1])
+            return run_direct(conn, stmt, params)
 
     # -- the LeaseService protocol ---------------------------------------------
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -70,6 +70,9 @@ from .rules import (
 from .schema import STORE_TABLES, step_table
 from .settle import SETTLED_CHANNEL, SettleListener
 from .statements import CLAIM_VIEW_STEPS, Fenced, dialect_of, statements
+
+if TYPE_CHECKING:
+    from ..libpq import PgStatement
 
 DEADLOCK_RETRIES = 5
 _STEP_COLUMNS = tuple(c.name for c in step_table.c)
@@ -449,38 +452,31 @@ class _Row:
 
 
 class _Direct:
-    """The hot statements compiled once for libpq (:mod:`pikku_celery.libpq`):
-    the claim, the optimistic pass, and a run's insert and read (each run's
-    start and wait), on PostgreSQL through psycopg."""
+    """The store's single statements compiled once each for libpq
+    (:mod:`pikku_celery.libpq`), on PostgreSQL through psycopg: the claim,
+    the optimistic pass, a run's insert and read, the settle NOTIFY."""
 
-    def __init__(self, engine: sa.Engine, st: Any) -> None:
+    def __init__(self, engine: sa.Engine) -> None:
         # Imported here: psycopg is loaded only by stores that use it.
         from ..libpq import PgStatement, run_pooled
 
-        self._dialect = engine.dialect
+        self._engine = engine
         self._compile = PgStatement.compile
-        self.run = run_pooled
-        self.claim = self._compile(st.pg_claim_view, self._dialect)
-        self.notify = self._compile(NOTIFY_SETTLED, self._dialect)
-        self.create_run = self._compile(st.run_insert_returning, self._dialect)
-        self.get_run = self._compile(st.run_get, self._dialect)
-        self._passes: dict[tuple[str | None, bool, bool], Any] = {}
+        self._run = run_pooled
+        # By the statement's identity: the store's statements are built once.
+        self._compiled: dict[int, tuple[Any, PgStatement]] = {}
 
-    def pass_statement(self, st: Any, kind: str | None, new_step: bool, ends: bool) -> Any:
-        key = (kind, new_step, ends)
-        found = self._passes.get(key)
-        if found is None:
-            found = self._passes[key] = self._compile(
-                st.pg_pass(kind, new_step, ends), self._dialect
-            )
-        return found
-
-    def rows(self, engine: sa.Engine, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
+    def rows(self, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
         """The statement's rows, or None when this call must take the general path."""
-        rows = self.run(engine, stmt, params)
+        found = self._compiled.get(id(stmt))
+        if found is None or found[0] is not stmt:
+            found = self._compiled[id(stmt)] = (stmt, self._compile(stmt, self._engine.dialect))
+        compiled = found[1]
+        rows = self._run(self._engine, compiled, params)
         if rows is None:
             return None
-        names = stmt.columns  # the result's, kept on the statement by its first run
+        names = compiled.columns  # the result's, kept on the statement by its first run
+        assert names is not None
         return [_Row(dict(zip(names, values, strict=True))) for values in rows]
 
 
@@ -517,7 +513,7 @@ class SQLWorkflowStore:
         )
         self._direct: _Direct | None = None
         if self._st.pg_claim_view is not None and engine.dialect.driver == "psycopg":
-            self._direct = _Direct(engine, self._st)
+            self._direct = _Direct(engine)
         if create_tables is None:
             create_tables = self._dialect == "sqlite"
         try:
@@ -549,12 +545,15 @@ class SQLWorkflowStore:
         outcomes = {kind: Batch(d, st.mysql_outcome_batch(kind, inline)) for kind in st.fenced}
         return Batch(d, st.mysql_claim_batch(inline)), outcomes
 
-    def _direct_rows(self, stmt: Any, params: dict[str, Any]) -> list[_Row] | None:
-        """Rows of a fast-path statement; None when there is no fast path or
-        this call must take the general one."""
-        if self._direct is None:
-            return None
-        return self._direct.rows(self._engine, stmt, params)
+    def _rows(self, stmt: Any, params: dict[str, Any]) -> Sequence[Any]:
+        """The rows of one statement in its own transaction: on PostgreSQL's
+        fast path where it can take it, else through SQLAlchemy."""
+        if self._direct is not None:
+            rows = self._direct.rows(stmt, params)
+            if rows is not None:
+                return rows
+        with self._one() as conn:
+            return conn.execute(stmt, params).all()
 
     def is_transient(self, exc: BaseException) -> bool:
         """A lost connection or a database restarting: worth a retry."""
@@ -597,11 +596,9 @@ class SQLWorkflowStore:
         key = {"p_workflow": new.workflow, "p_key": new.idempotency_key}
         params = _run_params(new, text)
         try:
-            made = None
-            if self._direct is not None and new.idempotency_key is None:
-                made = self._direct_rows(self._direct.create_run, params)
-            if made:
-                now, updated = made[0].created_at, made[0].updated_at
+            if self._dialect == "postgresql" and new.idempotency_key is None:
+                [made] = self._rows(st.run_insert_returning, params)
+                now, updated = made.created_at, made.updated_at
             else:
                 with self._one() as conn:
                     if new.idempotency_key is not None:
@@ -638,13 +635,7 @@ class SQLWorkflowStore:
 
     def get_run(self, run_id: str) -> RunState | None:
         """The run, or None if there is no run with that id."""
-        params = {"p_id": run_id}
-        rows: Sequence[Any] | None = None
-        if self._direct is not None:
-            rows = self._direct_rows(self._direct.get_run, params)
-        if rows is None:
-            with self._one() as conn:
-                rows = conn.execute(self._st.run_get, params).all()
+        rows = self._rows(self._st.run_get, {"p_id": run_id})
         return _run_from(rows[0]) if rows else None
 
     def list_runs(
@@ -740,26 +731,18 @@ class SQLWorkflowStore:
         params = {"p_id": step_id, "p_task": task_name, "p_worker": worker, "p_lease_ms": lease_ms}
         if self._claim_batch is not None:
             return self._claim_batched(self._claim_batch, params)
-        rows: Sequence[Any] | None = None
-        passed = None
         if st.pg_claim_view is not None:
+            # One statement: the guarded update, the new attempt row, the
+            # superseded mark of a lapsed attempt's row, and the run as its
+            # pass will need it (kept for that pass: it skips its read).
             passed = self._passed.take(step_id)
             params["p_known"] = -1 if passed is None else passed.run.version
-            if self._direct is not None:
-                rows = self._direct_rows(self._direct.claim, params)
-                if rows:
-                    return self._keep_claim_view(rows, passed)
+            rows = self._rows(st.pg_claim_view, params)
+            if rows:
+                return self._keep_claim_view(rows, passed)
         with self._one() as conn:
             if st.pg_claim_view is not None:
-                # One statement: the guarded update, the new attempt row, the
-                # superseded mark of a lapsed attempt's row, and the run as its
-                # pass will need it (kept for that pass: it skips its read).
-                # Unless the fast path above ran it and found nothing to claim.
-                if rows is None:
-                    rows = conn.execute(st.pg_claim_view, params).all()
-                if rows:
-                    return self._keep_claim_view(rows, passed)
-                row = None
+                row = None  # nothing to claim: say why below
             elif st.pg_claim is not None:
                 row = conn.execute(st.pg_claim, params).first()
             elif self._dialect == "sqlite":
@@ -964,14 +947,9 @@ class SQLWorkflowStore:
     def _notify_settled(self, run_id: str) -> None:
         """Tell waiting ``RunHandle.wait`` calls, once per run, after commit."""
         params = {"channel": SETTLED_CHANNEL, "run_id": run_id}
-        try:
-            direct = self._direct
-            if direct is not None and self._direct_rows(direct.notify, params) is not None:
-                return
-            with self._one() as conn:
-                conn.execute(NOTIFY_SETTLED, params)
-        except sa.exc.DBAPIError:
-            pass  # waiters re-check the run's status at least every second
+        # On failure: waiters re-check the run's status at least every second.
+        with contextlib.suppress(sa.exc.DBAPIError):
+            self._rows(NOTIFY_SETTLED, params)
 
     @contextmanager
     def settled_listener(self, run_id: str) -> Iterator[Callable[[float], None] | None]:
@@ -1097,13 +1075,8 @@ class SQLWorkflowStore:
 
     def _pass_write(self, shape: tuple[str | None, bool, bool], params: dict[str, Any]) -> Any:
         """The optimistic pass's one statement: (pinned, fenced)."""
-        if self._direct is not None:
-            found = self._direct_rows(self._direct.pass_statement(self._st, *shape), params)
-            if found is not None:
-                return found[0].pinned, found[0].fenced
-        with self._one() as conn:
-            row = conn.execute(self._st.pg_pass(*shape), params).one()
-            return row.pinned, row.fenced
+        [row] = self._rows(self._st.pg_pass(*shape), params)
+        return row.pinned, row.fenced
 
     def _advance(
         self,

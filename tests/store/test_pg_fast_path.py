@@ -23,9 +23,9 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.errors import StoreError
-from pikku_celery.libpq import PgConnection
+from pikku_celery.libpq import PgConnection, PgStatement
 from pikku_celery.store import AdvanceResult, Decision, NewRun, RunView, StepOutcome, StepStatus
-from pikku_celery.store.sql import SQLWorkflowStore, _Direct
+from pikku_celery.store.sql import SQLWorkflowStore
 from tests.services import terminate_backend
 from tests.store.support import TASK, claim, make_tasks, task
 from tests.store.wire import on_wire, round_trips
@@ -36,18 +36,19 @@ def store(pg_one_store: SQLWorkflowStore) -> SQLWorkflowStore:
     return pg_one_store
 
 
-def direct(store: SQLWorkflowStore) -> _Direct:
+def compiled(store: SQLWorkflowStore, stmt: Any) -> PgStatement:
+    """One of the store's statements as the fast path runs it (same name, same SQL)."""
     assert store._direct is not None
-    return store._direct
+    return PgStatement.compile(stmt, store.engine.dialect)
 
 
-def claim_sql(store: SQLWorkflowStore) -> Any:
-    return direct(store).claim
+def claim_sql(store: SQLWorkflowStore) -> PgStatement:
+    return compiled(store, store._st.pg_claim_view)
 
 
-def pass_sql(store: SQLWorkflowStore) -> Any:
+def pass_sql(store: SQLWorkflowStore) -> PgStatement:
     """The pass a completed step and one new step make (``cycle``'s)."""
-    return direct(store).pass_statement(store._st, "complete", True, False)
+    return compiled(store, store._st.pg_pass("complete", True, False))
 
 
 def decide(view: RunView) -> Decision:
@@ -231,7 +232,8 @@ def test_a_run_is_created_and_read_by_prepared_statements_in_one_round_trip_each
     read, wire = on_wire(store.engine, lambda: store.get_run(made[0].id))
     assert read == made[0] and round_trips(wire) == 1
     names = prepared(store.engine)
-    assert {direct(store).create_run.name.decode(), direct(store).get_run.name.decode()} <= names
+    made, read = compiled(store, store._st.run_insert_returning), compiled(store, store._st.run_get)
+    assert {made.name.decode(), read.name.decode()} <= names
 
 
 def test_connection_listeners_see_the_fast_path_s_connections(store: SQLWorkflowStore) -> None:

@@ -46,7 +46,7 @@ from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.store.statements import CLAIM_VIEW_STEPS
 from tests.store.conftest import one_connection_store
 from tests.store.support import TASK, claim, make_tasks, names, race, task
-from tests.store.wire import data_rows, ok, on_wire, round_trips, warm_up
+from tests.store.wire import data_rows, longest_row, ok, on_wire, round_trips, warm_up
 
 
 @pytest.fixture
@@ -208,12 +208,6 @@ def test_claim_after_own_pass_takes_the_remembered_steps(store: SQLWorkflowStore
         assert (step.name, step.status) == (f"s{i}", StepStatus.SCHEDULED)
         assert view.run.version == i + 1
     assert current(store, run.id).version == 7
-
-
-def longest_row(lines: list[str]) -> int:
-    """The length of the biggest row the server sent (libpq trace: its third field)."""
-    rows = [line.split("\t") for line in lines if "\tB\t" in line and "\tDataRow\t" in line]
-    return max(int(fields[2]) for fields in rows)
 
 
 def test_a_claim_after_own_pass_does_not_read_the_input_again(

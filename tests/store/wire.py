@@ -41,9 +41,18 @@ def round_trips(lines: list[str]) -> int:
     return sum(1 for line in lines if "\tF\t" in line and ("\tQuery\t" in line or "\tSync" in line))
 
 
+def _sent_rows(lines: list[str]) -> list[list[str]]:
+    return [line.split("\t") for line in lines if "\tB\t" in line and "\tDataRow\t" in line]
+
+
 def data_rows(lines: list[str]) -> int:
     """The rows the server sent."""
-    return sum(1 for line in lines if "\tB\t" in line and "\tDataRow\t" in line)
+    return len(_sent_rows(lines))
+
+
+def longest_row(lines: list[str]) -> int:
+    """The length of the biggest row the server sent (the trace's third field)."""
+    return max(int(fields[2]) for fields in _sent_rows(lines))
 
 
 def warm_up(store: SQLWorkflowStore) -> None:
