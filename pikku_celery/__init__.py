@@ -8,6 +8,8 @@ from .celery import Pikku, QueueLease
 from .engine import Context, RunHandle, StepHandle, StepHistory, SweepReport, Workflow
 from .engine.transactional import step_connection, transactional
 from .errors import (
+    CorruptValueError,
+    InvalidIdError,
     InvalidRunIdError,
     LeaseLostError,
     LeaseTakenError,
@@ -22,6 +24,7 @@ from .errors import (
     UnknownWorkflowError,
     WorkflowCancelledError,
     WorkflowFailedError,
+    WorkflowLimitError,
     WorkflowNondeterminismError,
     WorkflowStepFunctionMismatchError,
     WorkflowStepLeaseExpiredError,
@@ -34,6 +37,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Context",
+    "CorruptValueError",
+    "InvalidIdError",
     "InvalidRunIdError",
     "LeaseLostError",
     "LeaseTakenError",
@@ -57,6 +62,7 @@ __all__ = [
     "Workflow",
     "WorkflowCancelledError",
     "WorkflowFailedError",
+    "WorkflowLimitError",
     "WorkflowNondeterminismError",
     "WorkflowStepFunctionMismatchError",
     "WorkflowStepLeaseExpiredError",

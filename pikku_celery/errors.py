@@ -62,7 +62,11 @@ class RunSettledError(StoreError):
     """The run has ended; it takes no more signals or changes."""
 
 
-class InvalidRunIdError(PikkuError, ValueError):
+class InvalidIdError(PikkuError, ValueError):
+    """An id (of a run or a step) that is not a UUID: refused before any lookup."""
+
+
+class InvalidRunIdError(InvalidIdError):
     """A run id that is not a UUID: refused before any lookup."""
 
 
@@ -115,6 +119,15 @@ class UnknownTaskError(WorkflowError, LookupError):
 
 class WorkflowNondeterminismError(WorkflowError):
     """A replay reached steps in a different order than recorded."""
+
+
+class WorkflowLimitError(WorkflowError):
+    """A run went past one of its bounds (steps, children, depth, a pass's budget)."""
+
+
+class CorruptValueError(StoreError):
+    """A stored value cannot be read back (invalid JSON left by an edit); names
+    the run, step and column."""
 
 
 class StepFailedError(WorkflowError):

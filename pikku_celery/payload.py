@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import PayloadError
@@ -54,6 +56,8 @@ def dumps(value: Any, where: str, path: str = "value", max_bytes: int | None = N
     except (TypeError, ValueError):
         check_json(value, where, path)  # finds the path and raises
         raise  # pragma: no cover - check_json always raises here
+    if "\\ud" in text:  # a character beyond the BMP, or a surrogate
+        _refuse_surrogates(value, where, path)
     if max_bytes is not None and len(text) > max_bytes:
         raise PayloadError(
             f"{where}: {path} is {len(text)} bytes of JSON, above the limit of {max_bytes}"
@@ -61,9 +65,51 @@ def dumps(value: Any, where: str, path: str = "value", max_bytes: int | None = N
     return text
 
 
+def _refuse_surrogates(value: Any, where: str, path: str) -> None:
+    """Strings must be Unicode text: a surrogate code point has no UTF-8 form,
+    and two of them in a row would come back as one character. (Escaped
+    text cannot tell them from a character beyond the BMP, so look again.)"""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise PayloadError(
+            f"{where}: {path} holds the surrogate code point {bad!r} in a string; "
+            "strings must be valid Unicode text"
+        ) from None
+
+
 def loads(text: str | None) -> Any:
     """Decode a stored JSON payload; NULL stays None."""
     return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True)
+class UnreadableValue:
+    """A stored payload that is not valid JSON (an edited row), kept as its text.
+
+    Reads that show runs (``runs show``, handles) carry it so a person can see
+    the bad value; a replay pass refuses it with :class:`CorruptValueError`.
+    """
+
+    text: str
+    error: str
+    where: str  # "run <id> column input", "run <id> step 'charge' column result"
+
+    def __repr__(self) -> str:
+        excerpt = self.text if len(self.text) <= 80 else self.text[:80] + "..."
+        return f"<unreadable JSON in {self.where}: {excerpt!r} ({self.error})>"
+
+
+def read_stored(text: str | None, where: Callable[[], str]) -> Any:
+    """Decode a stored payload; invalid JSON becomes an :class:`UnreadableValue`
+    (``where()`` names its run, step and column) instead of an exception."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        return UnreadableValue(text, f"{type(exc).__name__}: {exc}", where())
 
 
 def normalise(value: Any, where: str, path: str = "value") -> Any:

@@ -91,6 +91,9 @@ class InlineDispatcher:
     def lease_ms(self, queue: str | None) -> int:
         return self.queue_leases.get(queue or "", self.default_lease_ms)
 
+    def longest_lease_ms(self) -> int:
+        return max([self.default_lease_ms, *self.queue_leases.values()])
+
     def max_countdown(self, queue: str | None) -> float:
         return self.default_max_countdown
 

@@ -70,6 +70,9 @@ class CeleryDispatcher:
     def lease_ms(self, queue: str | None) -> int:
         return max(1, round(self.leases.lease(queue).seconds * 1000))
 
+    def longest_lease_ms(self) -> int:
+        return max(self.lease_ms(lease.queue) for lease in self.leases.table())
+
     def max_countdown(self, queue: str | None) -> float:
         return self.leases.lease(queue).seconds * COUNTDOWN_MARGIN
 

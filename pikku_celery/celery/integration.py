@@ -16,8 +16,9 @@ from celery import Celery, signals
 
 from ..db import make_engine
 from ..engine.core import WorkflowEngine
-from ..errors import WorkflowStepFunctionMismatchError
+from ..errors import InvalidIdError, PayloadError, WorkflowStepFunctionMismatchError
 from ..lease.base import LeaseService
+from ..names import check_id
 from ..store.base import WorkflowStore
 from .dispatcher import (
     ORCHESTRATE,
@@ -26,6 +27,7 @@ from .dispatcher import (
     CeleryDispatcher,
     rate_limited_run_step,
 )
+from .messages import InvalidMessageError, orchestrate_message, step_message
 from .queues import QueueLease, QueueLeases
 from .step_body import CeleryStepBody
 
@@ -114,9 +116,13 @@ class Pikku(WorkflowEngine):
         app.on_after_finalize.connect(self._add_rate_limited_run_steps, weak=False)
 
         @app.task(name=ORCHESTRATE, shared=False, **common)
-        def orchestrate(run_id: str, reason: str = "") -> None:
+        def orchestrate(*args: Any, **kwargs: Any) -> None:
             """One orchestration pass of the run (a wake-up)."""
-            pikku.orchestrate(run_id, reason)
+            try:
+                run_id, reason = orchestrate_message(args, kwargs)
+                pikku.orchestrate(run_id, reason)
+            except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
+                log.error("refused an orchestrate message %r %r: %s", args, kwargs, exc)
 
         @app.task(name=SWEEP, shared=False, **common)
         def sweep() -> dict[str, Any]:
@@ -132,26 +138,24 @@ class Pikku(WorkflowEngine):
         pikku, app = self, self.app
 
         @app.task(name=name, bind=True, shared=False, rate_limit=rate_limit, **self._common_options)
-        def run_step(
-            self: Any,
-            run_id: str,
-            step_id: str,
-            attempt: int,
-            task_name: str,
-            queue: str | None = None,
-        ) -> None:
+        def run_step(self: Any, *args: Any, **kwargs: Any) -> None:
             """Claim the step, run the user's task as this attempt, advance the run."""
-            if task_name not in app.tasks:
-                pikku.refuse_unknown_task(step_id, task_name)
-                return
-            pikku.execute_step(run_id, step_id, task_name, CeleryStepBody(app, self.request), queue)
+            try:
+                run_id, step_id, task_name, queue = step_message(args, kwargs)
+                if task_name not in app.tasks:
+                    pikku.refuse_unknown_task(step_id, task_name)
+                    return
+                body = CeleryStepBody(app, self.request)
+                pikku.execute_step(run_id, step_id, task_name, body, queue)
+            except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
+                log.error("refused a step message %r %r: %s", args, kwargs, exc)
 
         return run_step
 
     def refuse_unknown_task(self, step_id: str, task_name: str) -> None:
         """A step message for a task this worker lacks is not claimed: during a
         rolling deploy a worker that has the task (or the sweep) takes it."""
-        step = self.store.get_step(step_id)
+        step = self.store.get_step(check_id(step_id, "step id"))
         if step is not None and step.task_name != task_name:
             log.error(
                 "refused a step message: %s",

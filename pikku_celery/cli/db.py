@@ -72,12 +72,26 @@ def upgrade(database_url: str | None) -> None:
 
     url = resolve_url(database_url)
 
-    def run() -> str | None:
+    def run() -> tuple[str | None, str | None, migrate.SchemaCheck]:
+        before = migrate.current(url)
         migrate.upgrade(url)
-        return migrate.current(url)
+        return before, migrate.current(url), migrate.check(url)
 
-    revision = _guarded(url, run)
-    click.echo(f"{masked(url)}: upgraded to revision {revision}")
+    before, after, checked = _guarded(url, run)
+    if before == after:
+        click.echo(f"{masked(url)}: already at revision {after}, nothing to upgrade")
+    elif before is None:
+        click.echo(f"{masked(url)}: created the tables, upgraded to revision {after}")
+    else:
+        click.echo(f"{masked(url)}: upgraded from revision {before} to revision {after}")
+    if not checked.ok:
+        # At the head revision yet different from it (a column dropped or
+        # changed by hand): migrations will not repair that on their own.
+        click.echo(
+            f"{masked(url)}: but the tables differ from revision {after}: {checked.message}",
+            err=True,
+        )
+        raise SystemExit(1)
 
 
 @db.command()

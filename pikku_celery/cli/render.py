@@ -20,6 +20,7 @@ from rich.text import Text
 from ..celery.queues import QueueLease
 from ..engine.handle import StepHistory
 from ..engine.sweep import SweepReport
+from ..payload import UnreadableValue
 from ..store.model import (
     AttemptState,
     AttemptStatus,
@@ -91,10 +92,12 @@ def human_seconds(value: float | None) -> str:
     return f"{sign}{whole // 86400} d {whole % 86400 // 3600} h"
 
 
-def error_text(error: ErrorInfo | None) -> str | None:
-    """A recorded error as one line, ``Type: message``."""
+def error_text(error: ErrorInfo | UnreadableValue | None) -> str | None:
+    """A recorded error as one line, ``Type: message`` (an unreadable one as stored)."""
     if not error:
         return None
+    if isinstance(error, UnreadableValue):
+        return repr(error)
     kind, message = error.get("type") or "Error", error.get("message") or ""
     return f"{kind}: {message}" if message else str(kind)
 

@@ -9,12 +9,19 @@ Exception``) because the run has to wait.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SignalTimeoutError, StepFailedError, WorkflowNondeterminismError
+from ..errors import (
+    SignalTimeoutError,
+    StepFailedError,
+    WorkflowLimitError,
+    WorkflowNondeterminismError,
+)
+from ..names import MAX_SIGNAL_NAME_LENGTH, SIGNAL_PREFIX, check_name
 from ..payload import check_json
 from ..store.model import (
     JSON,
@@ -28,6 +35,7 @@ from ..store.model import (
     StepStatus,
     step_id_for,
 )
+from .limits import Limits, PassBudgetSpent
 
 if TYPE_CHECKING:
     from .workflow import Workflow
@@ -67,6 +75,7 @@ class Context:
         resolve_task: Callable[[Any], str],
         task_queue: Callable[[str], str | None],
         lookup_workflow: Callable[[str | Workflow], Workflow],
+        limits: Limits | None = None,
     ) -> None:
         self._view = view
         self._recorded = sorted(view.steps, key=lambda s: s.seq)
@@ -76,6 +85,27 @@ class Context:
         self._lookup_workflow = lookup_workflow
         self._pass = _PassState()
         self._settled_now: dict[str, StepState] = {}
+        self._limits = limits or Limits()
+        self._calls = 0
+        self._deadline = time.monotonic() + self._limits.pass_max_seconds
+        self._children = sum(1 for s in self._recorded if s.kind == StepKind.CHILD)
+
+    def _spend(self) -> None:
+        """Count one ctx call against the pass's budget (calls and time)."""
+        self._calls += 1
+        limits = self._limits
+        if self._calls > limits.pass_max_calls:
+            raise PassBudgetSpent(
+                f"the pass of run {self.run_id} made more than {limits.pass_max_calls} ctx "
+                "calls without suspending (pass_max_calls); a body must wait on a step, "
+                "timer or signal to make progress"
+            )
+        if time.monotonic() > self._deadline:
+            raise PassBudgetSpent(
+                f"the pass of run {self.run_id} ran longer than {limits.pass_max_seconds} s "
+                "(pass_max_seconds); a body replays in milliseconds unless it loops or "
+                "does work that belongs in a step"
+            )
 
     # --- identity and time ---------------------------------------------------
     @property
@@ -183,6 +213,7 @@ class Context:
         The first failure (in order) is raised as :class:`StepFailedError`,
         or returned in its place with ``return_exceptions=True``.
         """
+        self._spend()
         steps = [self._current(h.name) for h in handles]
         if any(s is None or not s.settled for s in steps):
             raise Suspend
@@ -236,7 +267,8 @@ class Context:
 
         Raises :class:`SignalTimeoutError` when ``timeout`` passes first.
         """
-        step_name = f"signal:{name}"
+        check_name(name, "signal name", MAX_SIGNAL_NAME_LENGTH)
+        step_name = f"{SIGNAL_PREFIX}{name}"
         step = self._reach(step_name, StepKind.SIGNAL)
         signals = self._view.signals
         now = self._view.now
@@ -279,6 +311,18 @@ class Context:
         """Start a child run without waiting; join it with :meth:`gather`."""
         step = self._reach(name, StepKind.CHILD)
         if step is None:
+            limits = self._limits
+            if self._view.run.depth >= limits.max_child_depth:
+                raise WorkflowLimitError(
+                    f"child step {name!r}: run {self.run_id} is already {self._view.run.depth} "
+                    f"level(s) deep, the most children may nest (max_child_depth)"
+                )
+            if self._children >= limits.max_children_per_run:
+                raise WorkflowLimitError(
+                    f"child step {name!r}: run {self.run_id} already started "
+                    f"{self._children} child runs, the most one run may (max_children_per_run)"
+                )
+            self._children += 1
             wf = self._lookup_workflow(workflow)
             check_json(input, f"child step {name!r}", "input")
             self._record(
@@ -295,8 +339,8 @@ class Context:
     # --- bookkeeping ----------------------------------------------------------------
     def _reach(self, name: str, kind: StepKind) -> StepState | None:
         """Check order and uniqueness; return the recorded step, if any."""
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"step names are non-empty strings, got {name!r}")
+        self._spend()
+        check_name(name, "step name")
         reached = self._pass.reached
         if name in reached:
             raise WorkflowNondeterminismError(
@@ -320,6 +364,11 @@ class Context:
 
     def _record(self, new: NewStep) -> None:
         seq = len(self._pass.reached) - 1
+        if seq >= self._limits.max_steps_per_run:
+            raise WorkflowLimitError(
+                f"step {new.name!r} would be step {seq + 1} of run {self.run_id}, above the "
+                f"limit of {self._limits.max_steps_per_run} (max_steps_per_run)"
+            )
         self._pass.decision.new_steps.append(replace(new, seq=seq))
         if new.status in (StepStatus.SUCCEEDED,):
             # Settled on record: later calls in this pass may read it.

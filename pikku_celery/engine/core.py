@@ -10,8 +10,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any, overload
 
-from ..errors import InvalidRunIdError, PayloadError, RunSettledError
+from ..errors import InvalidRunIdError, RunSettledError
 from ..lease.base import LeaseService
+from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
 from ..store.base import WorkflowStore
 from ..store.model import JSON, NewRun, RunState
@@ -19,6 +20,7 @@ from .dispatcher import Dispatcher
 from .execute import StepBody, execute_step
 from .handle import RunHandle
 from .keeper import StepLeaseKeeper
+from .limits import Limits
 from .orchestrate import advance, orchestrate
 from .sweep import SweepReport, sweep
 from .workflow import Workflow, WorkflowFunction, WorkflowRegistry
@@ -56,6 +58,12 @@ class WorkflowEngine:
         idle_after: float = 60.0,
         max_input_bytes: int = 1_000_000,
         outcome_retry: float = 60.0,
+        sweep_max_backoff: float = 300.0,
+        max_steps_per_run: int = Limits.max_steps_per_run,
+        max_children_per_run: int = Limits.max_children_per_run,
+        max_child_depth: int = Limits.max_child_depth,
+        pass_max_seconds: float = Limits.pass_max_seconds,
+        pass_max_calls: int = Limits.pass_max_calls,
     ) -> None:
         self.store = store
         self.leases = leases
@@ -72,6 +80,19 @@ class WorkflowEngine:
         self.idle_after = idle_after
         self.max_input_bytes = max_input_bytes
         self.outcome_retry = outcome_retry
+        if not sweep_max_backoff >= sweep_backoff:
+            raise ValueError(
+                f"sweep_max_backoff ({sweep_max_backoff!r}) must be >= sweep_backoff "
+                f"({sweep_backoff!r})"
+            )
+        self.sweep_max_backoff = sweep_max_backoff
+        self.limits = Limits(
+            max_steps_per_run=max_steps_per_run,
+            max_children_per_run=max_children_per_run,
+            max_child_depth=max_child_depth,
+            pass_max_seconds=pass_max_seconds,
+            pass_max_calls=pass_max_calls,
+        )
         self._warned_queues: set[str | None] = set()
         self._warn_lock = threading.Lock()
 
@@ -116,11 +137,9 @@ class WorkflowEngine:
         written, naming the offending value's path.
         """
         wf = self.registry.get(workflow)
+        if idempotency_key is not None:
+            check_name(idempotency_key, "idempotency_key")
         dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
-        if idempotency_key is not None and not isinstance(idempotency_key, str):
-            raise PayloadError(
-                f"idempotency_key must be a str, got {type(idempotency_key).__name__}"
-            )
         run, created = self.store.create_run(
             NewRun(workflow=wf.name, input=input, idempotency_key=idempotency_key)
         )
@@ -134,6 +153,7 @@ class WorkflowEngine:
 
     def send_signal(self, run_id: str, name: str, payload: JSON = None) -> RunState:
         """Deliver a signal; the run's next pass sees it. A settled run refuses it."""
+        check_name(name, "signal name", MAX_SIGNAL_NAME_LENGTH)
         dumps(payload, f"signal {name!r}", "payload", self.max_input_bytes)
         run = self.store.send_signal(parse_run_id(run_id), name, payload)
         self.dispatcher.wake_run(run.id, reason="signal")
@@ -155,14 +175,31 @@ class WorkflowEngine:
 
     # --- what workers do -----------------------------------------------------
     def orchestrate(self, run_id: str, reason: str = "") -> None:
-        """One orchestration pass of the run (what ``pikku.orchestrate`` messages run)."""
-        orchestrate(self, run_id, reason)
+        """One orchestration pass of the run (what ``pikku.orchestrate`` messages run).
+
+        Raises :class:`InvalidIdError` for a run id that is not a UUID, before any SQL.
+        """
+        orchestrate(self, check_id(run_id, "run id"), reason)
 
     def execute_step(
         self, run_id: str, step_id: str, task_name: str, body: StepBody, queue: str | None = None
     ) -> Any:
-        """Run one attempt of a step if this message wins the claim (see ``execute``)."""
+        """Run one attempt of a step if this message wins the claim (see ``execute``).
+
+        Ids are checked to be UUIDs (:class:`InvalidIdError`) and the task and
+        queue to be names, before any SQL: a message is anyone's input.
+        """
+        run_id = check_id(run_id, "run id")
+        step_id = check_id(step_id, "step id")
+        check_name(task_name, "task name")
+        if queue is not None:
+            check_name(queue, "queue")
         return execute_step(self, run_id, step_id, task_name, body, queue)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether the store calls ``exc`` passing (a lost connection, a restart)."""
+        check = getattr(self.store, "is_transient", None)
+        return bool(callable(check) and check(exc))
 
     def sweep(self, limit: int = 200) -> SweepReport:
         """One sweep now: what beat runs every ``sweep_interval`` seconds."""

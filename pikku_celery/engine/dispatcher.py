@@ -26,6 +26,10 @@ class Dispatcher(Protocol):
         """The step lease on ``queue``: the broker's redelivery horizon."""
         ...
 
+    def longest_lease_ms(self) -> int:
+        """The longest step lease any queue grants (bounds leases the sweep trusts)."""
+        ...
+
     def max_countdown(self, queue: str | None) -> float:
         """The longest countdown (seconds) that is safe on ``queue``.
 

@@ -15,6 +15,7 @@ from ..errors import (
 )
 from ..payload import check_json
 from ..store.model import JSON, AdvanceResult, StepOutcome, StepState, StepStatus
+from ..store.rules import LEASE_BOUND_FACTOR, lease_lapsed
 from .orchestrate import advance
 from .replay import error_info
 from .transactional import is_transactional, run_with_connection
@@ -60,12 +61,14 @@ def execute_step(
     if lease_ms < SHORT_LEASE_MS:
         engine.warn_short_lease(queue, lease_ms)
     try:
-        step = engine.store.claim_step(step_id, task_name, engine.worker_id, lease_ms)
+        step = engine.store.claim_step(
+            step_id, task_name, engine.worker_id, lease_ms, run_id=run_id
+        )
     except WorkflowStepFunctionMismatchError as exc:
         log.error("refused a step message: %s", exc)
         return None
     if step is None:
-        _unclaimed(engine, step_id)
+        _unclaimed(engine, run_id, step_id, lease_ms)
         return None
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms)
     try:
@@ -97,8 +100,7 @@ def _advance_retrying(
         try:
             return advance(engine, run_id, outcome, reason="step")
         except Exception as exc:
-            transient = getattr(engine.store, "is_transient", None)
-            if not (callable(transient) and transient(exc)) or time.monotonic() >= deadline:
+            if not engine.is_transient(exc) or time.monotonic() >= deadline:
                 raise
             log.warning("store unavailable while recording step outcome; retrying: %s", exc)
             time.sleep(pause)  # the worker has nothing else to do for this step
@@ -165,24 +167,29 @@ def _run_failed(step: StepState, exc: Exception) -> StepOutcome:
     )
 
 
-def _unclaimed(engine: WorkflowEngine, step_id: str) -> None:
-    """A message that lost the claim: re-time early retries, expire dead ones."""
+def _unclaimed(engine: WorkflowEngine, run_id: str, step_id: str, lease_ms: int) -> None:
+    """A message that lost the claim: refuse a stale or forged one, expire a
+    step whose worker is gone for good. A message that came early for a retry
+    is dropped: the retry's own message (or the sweep, once due) sends it."""
     store = engine.store
     step = store.get_step(step_id)
     if step is None:
-        log.warning("step message for unknown step %s", step_id)
+        log.warning("step message for unknown step %s (run %s): dropped", step_id, run_id)
+        return
+    if step.run_id != run_id:
+        log.error(
+            "refused a step message: step %s belongs to run %s, not to run %s",
+            step_id,
+            step.run_id,
+            run_id,
+        )
         return
     now = store.now_ms()
-    if step.status == StepStatus.FAILED and step.wake_at is not None and step.wake_at > now:
-        countdown = (step.wake_at - now) / 1000
-        if countdown <= engine.dispatcher.max_countdown(step.queue):
-            engine.dispatcher.send_step(step, countdown)
-    elif (
+    if (
         step.status == StepStatus.RUNNING
-        and step.lease_expires_at is not None
-        and step.lease_expires_at <= now
         and step.attempt >= step.max_attempts
-        and store.expire_step(step.id)
+        and lease_lapsed(step.lease_expires_at, now, LEASE_BOUND_FACTOR * lease_ms)
+        and store.expire_step(step.id, LEASE_BOUND_FACTOR * lease_ms)
     ):
         engine.dispatcher.wake_run(step.run_id, reason="lease-expired")
 

@@ -5,10 +5,19 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..errors import LeaseLostError, LeaseTakenError, WorkflowStepSupersededError
+from ..errors import (
+    CorruptValueError,
+    LeaseLostError,
+    LeaseTakenError,
+    PikkuError,
+    RunNotFoundError,
+    UnknownWorkflowError,
+    WorkflowStepSupersededError,
+)
 from ..lease import hold_lease
-from ..store.model import AdvanceResult, Decision, RunView, StepOutcome
-from .replay import replay
+from ..payload import UnreadableValue
+from ..store.model import AdvanceResult, Decision, RunStatus, RunView, StepOutcome
+from .replay import cancelled, error_info, replay
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -26,27 +35,82 @@ def run_lease_key(run_id: str) -> str:
 def advance(
     engine: WorkflowEngine, run_id: str, outcome: StepOutcome | None, reason: str = ""
 ) -> AdvanceResult | None:
-    """One pass in one transaction, then its messages. None if superseded."""
+    """One pass in one transaction, then its messages. None if superseded.
+
+    A pass that cannot be decided or stored for a reason every replay would
+    meet again (a name no database stores, an unreadable stored value, a
+    bound passed) fails the run once with that error, keeping ``outcome``:
+    what was already decided is never lost, and the run is not retried forever.
+    """
     previous_wake: list[int | None] = []
 
     def decide(view: RunView) -> Decision:
         previous_wake.append(view.run.wake_at)
+        if view.run.cancel_requested:
+            return cancelled(view)  # even a run whose workflow or values are unreadable
         workflow = engine.registry.get(view.run.workflow)
+        check_readable(view)
         return replay(
             workflow,
             view,
             engine.dispatcher.task_name,
             engine.dispatcher.task_queue,
             engine.registry.get,
+            engine.limits,
         )
 
+    result: AdvanceResult | None
     try:
         result = engine.store.advance(run_id, outcome, decide)
     except WorkflowStepSupersededError as exc:
         log.warning("refused a superseded outcome: %s", exc)
         return None
+    except (RunNotFoundError, UnknownWorkflowError):
+        raise  # nothing to fail, or another worker may know the workflow
+    except (PikkuError, ValueError, TypeError) as exc:
+        # Pikku's own refusals, a value no database stores, a body or codec
+        # bug: the same on every replay. Anything else (a lost connection, a
+        # worker interrupted) is retried by the caller or the sweep.
+        if engine.is_transient(exc):
+            raise
+        result = _fail_run(engine, run_id, outcome, exc)
+        if result is None:
+            return None
     publish(engine, result, previous_wake[0] if previous_wake else None, reason)
     return result
+
+
+def _fail_run(
+    engine: WorkflowEngine, run_id: str, outcome: StepOutcome | None, exc: Exception
+) -> AdvanceResult | None:
+    """The pass that failed, taken again as "the run failed with ``exc``"."""
+    log.error("workflow run %s: its pass cannot be recorded; failing the run: %r", run_id, exc)
+    error = error_info(exc)
+    error["message"] = f"the pass of run {run_id} could not be recorded: {error['message']}"
+
+    def fail(view: RunView) -> Decision:
+        if view.run.cancel_requested:
+            return cancelled(view)
+        return Decision(run_status=RunStatus.FAILED, error=error)
+
+    try:
+        return engine.store.advance(run_id, outcome, fail)
+    except WorkflowStepSupersededError as superseded:
+        log.warning("refused a superseded outcome: %s", superseded)
+        return None
+
+
+def check_readable(view: RunView) -> None:
+    """Refuse to replay over a stored value that is not JSON (an edited row),
+    naming its run, step and column, rather than hand the body a stand-in."""
+    run = view.run
+    for value in (run.input,):
+        if isinstance(value, UnreadableValue):
+            raise CorruptValueError(f"{value.where} holds invalid JSON {value.text[:200]!r}")
+    for step in view.steps:
+        for value in (step.result, step.error, step.args, step.kwargs):
+            if isinstance(value, UnreadableValue):
+                raise CorruptValueError(f"{value.where} holds invalid JSON {value.text[:200]!r}")
 
 
 def publish(

@@ -10,10 +10,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import PayloadError, WorkflowNondeterminismError
+from ..errors import PayloadError, WorkflowLimitError, WorkflowNondeterminismError
 from ..payload import check_json
 from ..store.model import Decision, ErrorInfo, RunStatus, RunView, StepKind
 from .context import Context, Suspend, pass_state
+from .limits import Limits, PassBudgetSpent
 from .workflow import Workflow
 
 
@@ -46,17 +47,21 @@ def replay(
     resolve_task: Callable[[Any], str],
     task_queue: Callable[[str], str | None],
     lookup_workflow: Callable[[Any], Workflow],
+    limits: Limits | None = None,
 ) -> Decision:
     """Run ``workflow``'s body once over ``view`` and say what to do next."""
     if view.run.cancel_requested:
         return cancelled(view)
-    ctx = Context(view, resolve_task, task_queue, lookup_workflow)
+    ctx = Context(view, resolve_task, task_queue, lookup_workflow, limits)
     try:
         output = workflow.run_body(ctx, view.run.input)
     except Suspend:
         decision, wakes = pass_state(ctx)
         decision.wake_at = min(wakes) if wakes else None
         return decision
+    except PassBudgetSpent as spent:
+        # Nothing the pass recorded is kept: a runaway body's steps are noise.
+        return Decision(run_status=RunStatus.FAILED, error=error_info(WorkflowLimitError(spent)))
     except WorkflowNondeterminismError as exc:
         return Decision(run_status=RunStatus.FAILED, error=error_info(exc))
     except Exception as exc:

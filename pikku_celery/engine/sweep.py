@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..errors import LeaseLostError, LeaseTakenError
 from ..lease import hold_lease
 from ..store.model import StepKind
+from ..store.rules import LEASE_BOUND_FACTOR
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -58,15 +59,18 @@ def sweep(engine: WorkflowEngine, limit: int = 200) -> SweepReport:
 def _sweep(engine: WorkflowEngine, limit: int, report: SweepReport) -> None:
     store, dispatcher = engine.store, engine.dispatcher
     backoff_ms = round(engine.sweep_backoff * 1000)
+    max_backoff_ms = round(engine.sweep_max_backoff * 1000)
+    # No queue grants a lease beyond this: one that ends later was never granted.
+    bound_ms = LEASE_BOUND_FACTOR * dispatcher.longest_lease_ms()
 
     def may_touch(run_id: str) -> bool:
-        return store.note_swept(run_id, backoff_ms)
+        return store.note_swept(run_id, backoff_ms, max_backoff_ms)
 
-    for step in store.lapsed_steps(limit):
+    for step in store.lapsed_steps(limit, bound_ms):
         if not may_touch(step.run_id):
             continue
         if step.attempt >= step.max_attempts:
-            if store.expire_step(step.id):
+            if store.expire_step(step.id, bound_ms):
                 report.expired += 1
                 dispatcher.wake_run(step.run_id, reason="lease-expired")
         else:

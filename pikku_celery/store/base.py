@@ -87,14 +87,23 @@ class WorkflowStore(Protocol):
         ...
 
     def claim_step(
-        self, step_id: str, task_name: str, worker: str, lease_ms: int
+        self,
+        step_id: str,
+        task_name: str,
+        worker: str,
+        lease_ms: int,
+        *,
+        run_id: str | None = None,
     ) -> StepState | None:
         """Take the step for a new attempt, in one guarded write.
 
         pending/scheduled -> running (attempt + 1); failed with attempts left
         and its retry due, or running with a lapsed lease and attempts left ->
-        running as attempt + 1. The lease is written on the store's clock.
-        None when someone else owns it or it is settled. Raises
+        running as attempt + 1. A lease ending more than
+        ``LEASE_BOUND_FACTOR * lease_ms`` ahead counts as lapsed (no claim
+        grants that). The lease is written on the store's clock. With
+        ``run_id``, a step of another run is never claimed (a stale or forged
+        message). None when someone else owns it or it is settled. Raises
         :class:`WorkflowStepFunctionMismatchError` if ``task_name`` differs
         from the recorded one.
         """
@@ -116,9 +125,10 @@ class WorkflowStore(Protocol):
         """Fenced failure; ``retry_delay`` keeps attempts open (if any are left)."""
         ...
 
-    def expire_step(self, step_id: str) -> bool:
-        """Fail a running step whose lease lapsed with no attempts left
-        (``WorkflowStepLeaseExpiredError``). True if it did."""
+    def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
+        """Fail a running step whose lease lapsed (or ends beyond ``now +
+        bound_ms``) with no attempts left (``WorkflowStepLeaseExpiredError``).
+        True if it did."""
         ...
 
     def mark_scheduled(self, step_ids: Sequence[str]) -> None:
@@ -136,8 +146,8 @@ class WorkflowStore(Protocol):
         ...
 
     # --- sweep (each indexed, oldest first, at most ``limit``) --------------
-    def lapsed_steps(self, limit: int) -> list[StepState]:
-        """Running steps whose lease lapsed."""
+    def lapsed_steps(self, limit: int, bound_ms: int | None = None) -> list[StepState]:
+        """Running steps whose lease lapsed, or ends beyond ``now + bound_ms``."""
         ...
 
     def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
@@ -153,8 +163,10 @@ class WorkflowStore(Protocol):
         """Running runs with no progress for ``idle_ms`` and no step in flight."""
         ...
 
-    def note_swept(self, run_id: str, backoff_ms: int) -> bool:
+    def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
         """Claim a sweep wake-up of the run unless one is already pending
-        (``next_sweep_at`` in the future); grows the run's backoff. True if
+        (``next_sweep_at`` in the future). Each wake-up with no pass in
+        between doubles the wait before the next (``backoff_ms * 2 **
+        sweep_count``, at most ``max_backoff_ms``); a pass resets it. True if
         the caller should wake the run."""
         ...

@@ -38,7 +38,17 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rules import EncodedStep, child_outcome, encode_decision, lease_expired_error
+from .rules import (
+    LEASE_BOUND_FACTOR,
+    EncodedStep,
+    child_outcome,
+    encode_decision,
+    lease_expired_error,
+    lease_lapsed,
+    run_cancelled_error,
+    step_after_outcome,
+    sweep_backoff_ms,
+)
 
 
 def _process_clock_ms() -> int:
@@ -88,6 +98,7 @@ class InMemoryWorkflowStore:
             version=1,
             created_at=now,
             updated_at=now,
+            depth=new.depth,
         )
         self._runs[run.id] = run
         self._run_steps[run.id] = []
@@ -195,11 +206,17 @@ class InMemoryWorkflowStore:
                 return
 
     def claim_step(
-        self, step_id: str, task_name: str, worker: str, lease_ms: int
+        self,
+        step_id: str,
+        task_name: str,
+        worker: str,
+        lease_ms: int,
+        *,
+        run_id: str | None = None,
     ) -> StepState | None:
         with self._lock:
             step = self._steps.get(step_id)
-            if step is None:
+            if step is None or (run_id is not None and step.run_id != run_id):
                 return None
             if step.task_name != task_name:
                 raise WorkflowStepFunctionMismatchError(step_id, step.task_name, task_name)
@@ -213,8 +230,7 @@ class InMemoryWorkflowStore:
             )
             lapsed = (
                 step.status == StepStatus.RUNNING
-                and step.lease_expires_at is not None
-                and step.lease_expires_at <= now
+                and lease_lapsed(step.lease_expires_at, now, LEASE_BOUND_FACTOR * lease_ms)
                 and step.attempt < step.max_attempts
             )
             if step.kind != StepKind.TASK or not (fresh or retry_due or lapsed):
@@ -305,15 +321,14 @@ class InMemoryWorkflowStore:
             step.id, step.attempt, status=AttemptStatus.FAILED, error=err, finished_at=now
         )
 
-    def expire_step(self, step_id: str) -> bool:
+    def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
         with self._lock:
             step = self._steps.get(step_id)
             now = self._clock()
             if (
                 step is None
                 or step.status != StepStatus.RUNNING
-                or step.lease_expires_at is None
-                or step.lease_expires_at > now
+                or not lease_lapsed(step.lease_expires_at, now, bound_ms)
                 or step.attempt < step.max_attempts
             ):
                 return False
@@ -347,30 +362,51 @@ class InMemoryWorkflowStore:
 
     # --- the orchestration pass ---------------------------------------------
     def advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
-        with self._lock:
-            run = self._run(run_id)
-            saved = None
-            if outcome is not None:
-                sid = outcome.step_id
-                saved = (sid, self._steps.get(sid), list(self._attempts.get(sid, [])))
-                self._apply_outcome(outcome)
-            if run.status.terminal:
-                return AdvanceResult(run=run, steps=[], decision=None)
-            try:
-                view = RunView(
-                    run=run,
-                    steps=self.get_steps(run_id),
-                    signals=dict(self._signals[run_id]),
-                    now=self._clock(),
-                )
+        # As the SQL store: read, decide with the lock released (the body is
+        # user code), then apply if no pass landed in between, else again.
+        while True:
+            with self._lock:
+                run = self._run(run_id)
+                stored = outcome
+                if outcome is not None:
+                    where = f"step {self._fenced(outcome.step_id, outcome.attempt).name!r}"
+                    stored = replace(
+                        outcome,
+                        result=normalise(outcome.result, where, "result"),
+                        error=normalise(outcome.error, where, "error"),
+                    )
+                if run.status.terminal and outcome is None:
+                    return AdvanceResult(run=run, steps=[], decision=None)
+                now = self._clock()
+                steps = self.get_steps(run_id)
+                signals = dict(self._signals[run_id])
+            if stored is not None:
+                steps = [
+                    step_after_outcome(s, stored, now) if s.id == stored.step_id else s
+                    for s in steps
+                ]
+            decision = None
+            if not run.status.terminal:
+                view = RunView(run=run, steps=steps, signals=signals, now=now)
                 decision = decide(view)
-                return self._apply_decision(run, view, decision)
-            except BaseException:
-                # As a database would roll back: a pass that fails writes nothing.
-                if saved is not None and saved[1] is not None:
-                    self._steps[saved[0]] = saved[1]
-                    self._attempts[saved[0]] = saved[2]
-                raise
+            with self._lock:
+                if self._run(run_id).version != run.version:
+                    continue
+                saved = None
+                if outcome is not None:
+                    sid = outcome.step_id
+                    saved = (sid, self._steps.get(sid), list(self._attempts.get(sid, [])))
+                    self._apply_outcome(outcome)
+                if decision is None:
+                    return AdvanceResult(run=run, steps=[], decision=None)
+                try:
+                    return self._apply_decision(run, view, decision)
+                except BaseException:
+                    # As a database would roll back: a pass that fails writes nothing.
+                    if saved is not None and saved[1] is not None:
+                        self._steps[saved[0]] = saved[1]
+                        self._attempts[saved[0]] = saved[2]
+                    raise
 
     def _apply_outcome(self, outcome: StepOutcome) -> None:
         step = self._fenced(outcome.step_id, outcome.attempt)
@@ -421,6 +457,8 @@ class InMemoryWorkflowStore:
             step = self._steps[sid]
             self._steps[sid] = replace(step, scheduled_at=now)
             publish.append(self._steps[sid])
+        if decision.run_status == RunStatus.CANCELLED:
+            self._close_live(run.id, now)
         for child_id in decision.cancel_children:
             child = self._runs.get(child_id)
             if child is not None and not child.status.terminal and not child.cancel_requested:
@@ -444,6 +482,26 @@ class InMemoryWorkflowStore:
             parent_to_wake=parent_to_wake,
             children_to_wake=children,
         )
+
+    def _close_live(self, run_id: str, now: int) -> None:
+        """A cancelled run's open steps fail and its running attempts end cancelled."""
+        err = run_cancelled_error()
+        for sid in self._run_steps[run_id]:
+            step = self._steps[sid]
+            if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
+                self._steps[sid] = replace(
+                    step,
+                    status=StepStatus.FAILED,
+                    error=err,
+                    lease_expires_at=None,
+                    wake_at=None,
+                    updated_at=now,
+                )
+            for row in self._attempts.get(sid, []):
+                if row.status == AttemptStatus.RUNNING:
+                    self._set_attempt(
+                        sid, row.attempt, status=AttemptStatus.CANCELLED, error=err, finished_at=now
+                    )
 
     def _insert_step(self, run: RunState, enc: EncodedStep, now: int) -> StepState:
         new, sid = enc.new, enc.id
@@ -469,7 +527,9 @@ class InMemoryWorkflowStore:
         if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
             step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))
         elif new.child is not None:
-            child = replace(new.child, parent_run_id=run.id, parent_step_id=sid)
+            child = replace(
+                new.child, parent_run_id=run.id, parent_step_id=sid, depth=run.depth + 1
+            )
             self._insert_run(child, loads(enc.child_input))
             step = replace(
                 step,
@@ -529,12 +589,10 @@ class InMemoryWorkflowStore:
         found.sort(key=age)
         return found[:limit]
 
-    def lapsed_steps(self, limit: int) -> list[StepState]:
+    def lapsed_steps(self, limit: int, bound_ms: int | None = None) -> list[StepState]:
         return self._oldest_steps(
             lambda s, now: (
-                s.status == StepStatus.RUNNING
-                and s.lease_expires_at is not None
-                and s.lease_expires_at <= now
+                s.status == StepStatus.RUNNING and lease_lapsed(s.lease_expires_at, now, bound_ms)
             ),
             lambda s: s.lease_expires_at or 0,
             limit,
@@ -578,7 +636,7 @@ class InMemoryWorkflowStore:
         found.sort(key=lambda r: r.updated_at)
         return found[:limit]
 
-    def note_swept(self, run_id: str, backoff_ms: int) -> bool:
+    def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
         with self._lock:
             run = self._runs.get(run_id)
             now = self._clock()
@@ -586,7 +644,12 @@ class InMemoryWorkflowStore:
                 return False
             if run.next_sweep_at is not None and run.next_sweep_at > now:
                 return False
+            wait = sweep_backoff_ms(
+                backoff_ms,
+                run.sweep_count,
+                backoff_ms if max_backoff_ms is None else max_backoff_ms,
+            )
             self._runs[run_id] = replace(
-                run, next_sweep_at=now + backoff_ms, sweep_count=run.sweep_count + 1
+                run, next_sweep_at=now + wait, sweep_count=run.sweep_count + 1
             )
             return True

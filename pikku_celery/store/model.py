@@ -63,6 +63,7 @@ class AttemptStatus(StrEnum):
     FAILED = "failed"
     SUPERSEDED = "superseded"  # its lease lapsed and a newer attempt took over
     LEASE_EXPIRED = "lease_expired"  # its lease lapsed with no attempts left
+    CANCELLED = "cancelled"  # its run was cancelled while it ran
 
 
 STEP_NAMESPACE = uuid.UUID("5d1f6f0e-7a53-4c55-9a4e-3b8c1f2d9e10")
@@ -114,6 +115,7 @@ class RunState:
     sweep_count: int = 0
     created_at: int = 0
     updated_at: int = 0
+    depth: int = 0  # 0 for a run started by start(); a child is its parent's depth + 1
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ class NewRun:
     idempotency_key: str | None = None
     parent_run_id: str | None = None
     parent_step_id: str | None = None
+    depth: int = 0
 
 
 @dataclass(frozen=True)

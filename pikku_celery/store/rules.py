@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import DuplicateStepError, StoreError
+from ..names import check_name
 from ..payload import dumps
 from .model import (
     JSON,
@@ -14,10 +15,38 @@ from .model import (
     RunState,
     RunStatus,
     StepKind,
+    StepOutcome,
     StepResolution,
+    StepState,
     StepStatus,
     step_id_for,
 )
+
+LEASE_BOUND_FACTOR = 2
+"""A lease ending more than this many of its queue's leases ahead counts as lapsed."""
+
+
+def lease_lapsed(lease_expires_at: int | None, now: int, bound_ms: int | None = None) -> bool:
+    """Whether a running step's lease no longer protects it.
+
+    Lapsed when it ended, or when it ends further ahead than ``bound_ms``:
+    no worker is ever granted that (an edited row), and waiting for it would
+    park the run for as long. A NULL lease (a parked step) never lapses.
+    """
+    if lease_expires_at is None:
+        return False
+    return lease_expires_at <= now or (bound_ms is not None and lease_expires_at > now + bound_ms)
+
+
+SWEEP_BACKOFF_DOUBLINGS = 16
+"""The sweep's per-run backoff doubles at most this many times (then the cap holds)."""
+
+
+def sweep_backoff_ms(base_ms: int, sweep_count: int, max_ms: int) -> int:
+    """The wait before the sweep may wake a run again, after ``sweep_count``
+    wake-ups with no pass in between: ``base * 2 ** count``, at most ``max_ms``."""
+    doublings: int = min(sweep_count, SWEEP_BACKOFF_DOUBLINGS)
+    return min(base_ms * (1 << doublings), max_ms)
 
 
 def lease_expired_error(step_name: str, attempts: int) -> ErrorInfo:
@@ -28,6 +57,45 @@ def lease_expired_error(step_name: str, attempts: int) -> ErrorInfo:
             f"step {step_name!r} lost its worker (lease lapsed) on each of its "
             f"{attempts} attempt(s)"
         ),
+        "traceback": "",
+    }
+
+
+def step_after_outcome(step: StepState, outcome: StepOutcome, now: int) -> StepState:
+    """A running step as a fenced outcome leaves it (the caller checked the fence).
+
+    A failure with a ``retry_delay`` and attempts left waits (``wake_at``)
+    for its next attempt; any other failure is final.
+    """
+    if outcome.ok:
+        return replace(
+            step,
+            status=StepStatus.SUCCEEDED,
+            result=outcome.result,
+            error=None,
+            lease_expires_at=None,
+            wake_at=None,
+            updated_at=now,
+        )
+    delay = outcome.retry_delay
+    retry = delay is not None and step.attempt < step.max_attempts
+    return replace(
+        step,
+        status=StepStatus.FAILED,
+        error=outcome.error,
+        result=None,
+        lease_expires_at=None,
+        wake_at=now + round((delay or 0) * 1000) if retry else None,
+        scheduled_at=None,  # the next attempt's message is not sent yet
+        updated_at=now,
+    )
+
+
+def run_cancelled_error() -> ErrorInfo:
+    """The error a cancelled run's still-open steps and attempts are closed with."""
+    return {
+        "type": "WorkflowCancelledError",
+        "message": "its workflow run was cancelled",
         "traceback": "",
     }
 
@@ -97,6 +165,11 @@ def encode_decision(
     taken = set(step_names.values())
     steps: list[EncodedStep] = []
     for new in decision.new_steps:
+        check_name(new.name, f"workflow run {run.id}: step name")
+        if new.task_name is not None:
+            check_name(new.task_name, f"step {new.name!r}: task name")
+        if new.queue is not None:
+            check_name(new.queue, f"step {new.name!r}: queue")
         if new.name in taken:
             raise DuplicateStepError(f"workflow run {run.id} already has a step {new.name!r}")
         taken.add(new.name)

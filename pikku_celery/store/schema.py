@@ -5,23 +5,46 @@ Alembic migrations and ``create_all`` in tests both start from here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Dialect
 
 metadata = sa.MetaData()
 
 
-def _key_string(length: int = 255) -> sa.types.TypeEngine[str]:
-    """A VARCHAR compared byte for byte on every database.
+def exact_collation(dialect: Dialect) -> str:
+    """The MySQL/MariaDB collation under which names compare byte for byte.
 
-    MySQL/MariaDB default to a case-insensitive collation, under which the
-    lease keys ``"Job"`` and ``"job"`` (or the holders ``"w1"`` and ``"W1"``)
-    would be one and the same; ``utf8mb4_bin`` makes them differ as they do
-    on PostgreSQL and SQLite.
+    The default collations are case-insensitive (``"Job"`` = ``"job"``), and
+    ``utf8mb4_bin`` still pads (``"key "`` = ``"key"``): a NO PAD binary
+    collation keeps names apart exactly as PostgreSQL and SQLite do.
     """
-    return sa.String(length).with_variant(
-        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
-    )
+    return "utf8mb4_nopad_bin" if getattr(dialect, "is_mariadb", False) else "utf8mb4_0900_bin"
+
+
+class ExactString(sa.types.TypeDecorator[str]):
+    """A ``VARCHAR`` compared byte for byte on every database (see :func:`exact_collation`)."""
+
+    impl = sa.String
+    cache_ok = True
+
+    def __init__(self, length: int = 255) -> None:
+        super().__init__(length)
+        self.length = length
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        """The collated ``VARCHAR`` on MySQL/MariaDB, a plain one elsewhere."""
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(
+                mysql.VARCHAR(self.length, charset="utf8mb4", collation=exact_collation(dialect))
+            )
+        return dialect.type_descriptor(sa.String(self.length))
+
+
+def _key_string(length: int = 255) -> ExactString:
+    return ExactString(length)
 
 
 # Leases (pikku_celery.lease.sql). One row per key, kept after release so the
@@ -69,6 +92,8 @@ run_table = sa.Table(
     sa.Column("sweep_count", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("created_at", MS, nullable=False),
     sa.Column("updated_at", MS, nullable=False),
+    # how deep under start()'s runs (0): bounds child recursion (Limits.max_child_depth)
+    sa.Column("depth", sa.Integer(), nullable=False, server_default="0"),
     sa.UniqueConstraint("workflow", "idempotency_key", name="uq_pikku_run_idempotency"),
     # sweep: idle runs (status = 'running' AND updated_at <= cutoff), oldest first
     sa.Index("ix_pikku_run_status_updated", "status", "updated_at"),

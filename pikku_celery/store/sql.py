@@ -41,7 +41,7 @@ from ..errors import (
     WorkflowStepFunctionMismatchError,
     WorkflowStepSupersededError,
 )
-from ..payload import dumps, loads
+from ..payload import dumps, loads, read_stored
 from .base import Decide
 from .batch import Batch, run_batch, takes_batches
 from .model import (
@@ -66,6 +66,7 @@ from .rules import (
     child_outcome,
     encode_decision,
     lease_expired_error,
+    run_cancelled_error,
 )
 from .schema import STORE_TABLES, step_table
 from .settle import SETTLED_CHANNEL, SettleListener
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from ..libpq import PgStatement
 
 DEADLOCK_RETRIES = 5
+PASS_RACES = 50  # a pass overtaken this often in a row gives up (a wake-up retries it)
 _STEP_COLUMNS = tuple(c.name for c in step_table.c)
 # The columns of MySQL's packed claim read back (statements.mysql_claim_batch).
 _PACKED_CLAIM = (*_STEP_COLUMNS, "claimed_here")
@@ -87,13 +89,18 @@ UPGRADE_COMMAND = "pikku-celery db upgrade --database-url {url}"
 def _run_from(row: Any, prefix: str = "") -> RunState:
     m = row._mapping
     p = prefix
+    run_id = m[p + "id"]
+
+    def value(column: str) -> Any:
+        return read_stored(m[p + column], lambda: f"run {run_id} column {column}")
+
     return RunState(
-        id=m[p + "id"],
+        id=run_id,
         workflow=m[p + "workflow"],
         status=RunStatus(m[p + "status"]),
-        input=loads(m[p + "input"]),
-        output=loads(m[p + "output"]),
-        error=loads(m[p + "error"]),
+        input=value("input"),
+        output=value("output"),
+        error=value("error"),
         idempotency_key=m[p + "idempotency_key"],
         parent_run_id=m[p + "parent_run_id"],
         parent_step_id=m[p + "parent_step_id"],
@@ -104,10 +111,18 @@ def _run_from(row: Any, prefix: str = "") -> RunState:
         sweep_count=m[p + "sweep_count"],
         created_at=m[p + "created_at"],
         updated_at=m[p + "updated_at"],
+        depth=m[p + "depth"],
     )
 
 
 def _step_from(row: Any) -> StepState:
+    def value(column: str) -> Any:
+        return read_stored(
+            getattr(row, column), lambda: f"run {row.run_id} step {row.name!r} column {column}"
+        )
+
+    args = value("args")
+    kwargs = value("kwargs")
     return StepState(
         id=row.id,
         run_id=row.run_id,
@@ -117,8 +132,8 @@ def _step_from(row: Any) -> StepState:
         status=StepStatus(row.status),
         task_name=row.task_name,
         queue=row.queue,
-        args=[] if row.args is None else json.loads(row.args),
-        kwargs={} if row.kwargs is None else json.loads(row.kwargs),
+        args=[] if args is None else args,
+        kwargs={} if kwargs is None else kwargs,
         attempt=row.attempt,
         max_attempts=row.max_attempts,
         retry_delay=row.retry_delay,
@@ -126,8 +141,8 @@ def _step_from(row: Any) -> StepState:
         lease_expires_at=row.lease_expires_at,
         wake_at=row.wake_at,
         child_run_id=row.child_run_id,
-        result=loads(row.result),
-        error=loads(row.error),
+        result=value("result"),
+        error=value("error"),
         worker=row.worker,
         scheduled_at=row.scheduled_at,
         created_at=row.created_at,
@@ -136,13 +151,19 @@ def _step_from(row: Any) -> StepState:
 
 
 def _attempt_from(row: Any) -> AttemptState:
+    def value(column: str) -> Any:
+        return read_stored(
+            getattr(row, column),
+            lambda: f"attempt {row.attempt} of step {row.step_id} column {column}",
+        )
+
     return AttemptState(
         step_id=row.step_id,
         attempt=row.attempt,
         status=AttemptStatus(row.status),
         worker=row.worker,
-        result=loads(row.result),
-        error=loads(row.error),
+        result=value("result"),
+        error=value("error"),
         started_at=row.started_at,
         finished_at=row.finished_at,
     )
@@ -192,6 +213,7 @@ def _run_params(new: NewRun, input_text: str) -> dict[str, Any]:
         "wake_at": None,
         "next_sweep_at": None,
         "sweep_count": 0,
+        "depth": new.depth,
     }
 
 
@@ -207,6 +229,7 @@ def _new_run_state(new: NewRun, input_text: str, now: int) -> RunState:
         version=1,
         created_at=now,
         updated_at=now,
+        depth=new.depth,
     )
 
 
@@ -725,10 +748,22 @@ class SQLWorkflowStore:
             return [_attempt_from(r) for r in rows]
 
     def claim_step(
-        self, step_id: str, task_name: str, worker: str, lease_ms: int
+        self,
+        step_id: str,
+        task_name: str,
+        worker: str,
+        lease_ms: int,
+        *,
+        run_id: str | None = None,
     ) -> StepState | None:
         st = self._st
-        params = {"p_id": step_id, "p_task": task_name, "p_worker": worker, "p_lease_ms": lease_ms}
+        params = {
+            "p_id": step_id,
+            "p_run": run_id,
+            "p_task": task_name,
+            "p_worker": worker,
+            "p_lease_ms": lease_ms,
+        }
         if self._claim_batch is not None:
             return self._claim_batched(self._claim_batch, params)
         if st.pg_claim_view is not None:
@@ -752,7 +787,11 @@ class SQLWorkflowStore:
                 row = conn.execute(st.step_get, {"p_id": step_id}).first() if claimed else None
             if row is None:
                 recorded = conn.execute(st.step_task_name, {"p_id": step_id}).first()
-                if recorded is not None and recorded.task_name != task_name:
+                if (
+                    recorded is not None
+                    and run_id in (None, recorded.run_id)
+                    and recorded.task_name != task_name
+                ):
                     raise WorkflowStepFunctionMismatchError(step_id, recorded.task_name, task_name)
                 return None
             step = _step_from(row)
@@ -781,7 +820,7 @@ class SQLWorkflowStore:
         row = SimpleNamespace(**dict(zip(_PACKED_CLAIM, json.loads(rows[0][0]), strict=True)))
         row.retry_delay, row.backoff = float(row.retry_delay), float(row.backoff)
         if not row.claimed_here:
-            if row.task_name != params["p_task"]:
+            if params["p_run"] in (None, row.run_id) and row.task_name != params["p_task"]:
                 raise WorkflowStepFunctionMismatchError(
                     params["p_id"], row.task_name, params["p_task"]
                 )
@@ -886,7 +925,7 @@ class SQLWorkflowStore:
         if not self._fenced_outcome("fail" if retry_delay is None else "fail_retry", params):
             raise WorkflowStepSupersededError(step_id, attempt)
 
-    def expire_step(self, step_id: str) -> bool:
+    def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
         st = self._st
         with self._engine.begin() as conn:
             row = conn.execute(st.step_get, {"p_id": step_id}).first()
@@ -894,7 +933,12 @@ class SQLWorkflowStore:
                 return False
             step = _step_from(row)
             err = json.dumps(lease_expired_error(step.name, step.attempt))
-            params = {"p_id": step_id, "p_attempt": step.attempt, "p_error": err}
+            params = {
+                "p_id": step_id,
+                "p_attempt": step.attempt,
+                "p_error": err,
+                "p_bound_ms": bound_ms,
+            }
             if conn.execute(st.expire, params).rowcount != 1:
                 return False
             conn.execute(st.expire_attempt, params)
@@ -1085,44 +1129,62 @@ class SQLWorkflowStore:
         decide: Decide,
         first: _FirstPass | None = None,
     ) -> AdvanceResult:
-        st = self._st
-        with self._engine.begin() as conn:
-            # Lock first, read after: the read must see every pass committed
-            # before this one (a statement that waited for the lock would not).
-            row = conn.execute(st.run_lock, {"p_id": run_id}).first()
-            if row is None:
-                raise RunNotFoundError(f"no workflow run {run_id!r}")
-            run = _run_from(row)
-            if run.status.terminal and outcome is None:
-                return AdvanceResult(run=run, steps=[], decision=None)
-            rows = conn.execute(st.pass_read, {"p_id": run_id}).all()
-            now = int(rows[0].db_now)
-            has_signals = bool(rows[0].has_signals)
-            steps = [_step_from(r) for r in rows if r.id is not None]
-            if outcome is not None:
-                steps = self._apply_outcome(conn, steps, outcome, now)
-            if run.status.terminal:
-                return AdvanceResult(run=run, steps=[], decision=None)
-            signals: dict[str, JSON] = {}
-            if has_signals:
-                for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
-                    signals[name] = loads(payload)
-            reused = None if first is None else first.reused(run, steps, signals)
-            if reused is not None:
-                view, decision = reused  # the run as created, and its clock
-            else:
-                view = RunView(run=run, steps=steps, signals=signals, now=now)
-                decision = decide(view)
-            return self._apply_decision(conn, run, view, decision)
+        """The general pass: read, decide with no transaction open, then write
+        under the run's row lock if no pass landed in between (else again).
 
-    def _apply_outcome(
-        self, conn: sa.Connection, steps: list[StepState], outcome: StepOutcome, now: int
-    ) -> list[StepState]:
-        """The fenced outcome write; returns ``steps`` as they now are."""
-        prepared = _prepare_outcome(steps, outcome, now)
-        if not self._fenced_write(conn, self._st.fenced_at[prepared.kind], prepared.params):
-            raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
-        return prepared.steps
+        ``decide`` runs the user's body: holding a lock or a transaction over
+        it would let one slow body stall ``runs cancel`` and every other
+        writer of the run.
+        """
+        st = self._st
+        for _ in range(PASS_RACES):
+            with self._one() as conn:
+                row = conn.execute(st.run_get, {"p_id": run_id}).first()
+                if row is None:
+                    raise RunNotFoundError(f"no workflow run {run_id!r}")
+                run = _run_from(row)
+                if run.status.terminal and outcome is None:
+                    return AdvanceResult(run=run, steps=[], decision=None)
+                rows = conn.execute(st.pass_read, {"p_id": run_id}).all()
+                signals: dict[str, JSON] = {}
+                if rows[0].has_signals:
+                    for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
+                        signals[name] = loads(payload)
+            now = int(rows[0].db_now)
+            steps = [_step_from(r) for r in rows if r.id is not None]
+            prepared = None if outcome is None else _prepare_outcome(steps, outcome, now)
+            if prepared is not None:
+                steps = prepared.steps
+            decision = None
+            if not run.status.terminal:
+                reused = None if first is None else first.reused(run, steps, signals)
+                if reused is not None:
+                    view, decision = reused  # the run as created, and its clock
+                else:
+                    view = RunView(run=run, steps=steps, signals=signals, now=now)
+                    decision = decide(view)
+            with self._engine.begin() as conn:
+                self._fresh_runs.pop(run_id, None)
+                version = conn.execute(st.run_version_lock, {"p_id": run_id}).scalar()
+                if version != run.version:
+                    continue  # another pass or a signal landed: read and decide again
+                if prepared is not None:
+                    assert outcome is not None
+                    if not self._fenced_write(conn, st.fenced_at[prepared.kind], prepared.params):
+                        raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+                if decision is None:
+                    return AdvanceResult(run=run, steps=[], decision=None)
+                try:
+                    return self._apply_decision(conn, run, view, decision)
+                except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
+                    first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else ""
+                    raise StoreError(
+                        f"the database refused what the pass of run {run_id} decided: {first_line}"
+                    ) from exc
+        raise StoreError(
+            f"workflow run {run_id}: {PASS_RACES} passes in a row were overtaken by others; "
+            "the pass is left to the next wake-up"
+        )
 
     def _apply_decision(
         self, conn: sa.Connection, run: RunState, view: RunView, decision: Decision
@@ -1190,6 +1252,10 @@ class SQLWorkflowStore:
 
         parent_to_wake = None
         ends = decision.run_status is not None and decision.run_status.terminal
+        if decision.run_status == RunStatus.CANCELLED:
+            closed = {"p_id": run.id, "p_now": now, "p_error": json.dumps(run_cancelled_error())}
+            conn.execute(st.close_live_steps, closed)
+            conn.execute(st.close_live_attempts, closed)
         if ends:
             assert decision.run_status is not None
             conn.execute(
@@ -1243,7 +1309,9 @@ class SQLWorkflowStore:
             new = enc.new
             step = _new_step_state(run, enc, now)
             if new.kind != StepKind.VALUE and new.child is not None and enc.child_input is not None:
-                child = replace(new.child, parent_run_id=run.id, parent_step_id=enc.id)
+                child = replace(
+                    new.child, parent_run_id=run.id, parent_step_id=enc.id, depth=run.depth + 1
+                )
                 child_runs.append(
                     {**_run_params(child, enc.child_input), "created_at": now, "updated_at": now}
                 )
@@ -1308,9 +1376,10 @@ class SQLWorkflowStore:
         return run.parent_run_id
 
     # --- sweep ---------------------------------------------------------------
-    def lapsed_steps(self, limit: int) -> list[StepState]:
+    def lapsed_steps(self, limit: int, bound_ms: int | None = None) -> list[StepState]:
+        params = {"p_limit": limit, "p_bound_ms": bound_ms}
         with self._one() as conn:
-            return [_step_from(r) for r in conn.execute(self._st.lapsed, {"p_limit": limit})]
+            return [_step_from(r) for r in conn.execute(self._st.lapsed, params)]
 
     def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
         params = {"p_older_ms": older_than_ms, "p_limit": limit}
@@ -1326,7 +1395,11 @@ class SQLWorkflowStore:
         with self._one() as conn:
             return [_run_from(r) for r in conn.execute(self._st.idle, params)]
 
-    def note_swept(self, run_id: str, backoff_ms: int) -> bool:
-        params = {"p_id": run_id, "p_backoff_ms": backoff_ms}
+    def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
+        params = {
+            "p_id": run_id,
+            "p_backoff_ms": backoff_ms,
+            "p_max_backoff_ms": backoff_ms if max_backoff_ms is None else max_backoff_ms,
+        }
         with self._one() as conn:
             return conn.execute(self._st.note_swept, params).rowcount == 1

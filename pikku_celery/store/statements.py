@@ -19,6 +19,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..db import now_ms_expr
 from .model import AttemptStatus, RunStatus, StepKind, StepStatus
+from .rules import LEASE_BOUND_FACTOR, SWEEP_BACKOFF_DOUBLINGS
 from .schema import attempt_table, run_table, signal_table, step_table
 from .settle import SETTLED_CHANNEL
 
@@ -60,6 +61,19 @@ def _status_in(t: sa.Table, *statuses: str) -> ColumnElement[bool]:
 
 def _not_terminal(t: sa.Table) -> ColumnElement[bool]:
     return sa.and_(*[t.c.status != s for s in TERMINAL])
+
+
+ID_TYPE = sa.String(36)
+
+
+def _lapsed(t: sa.Table, now: ColumnElement[int], bound: ColumnElement[int]) -> ColumnElement[bool]:
+    """The lease lapsed, or ends beyond ``now + bound`` (no worker was granted
+    that: an edited row). NULL leases (parked steps) never lapse; a NULL bound
+    bounds nothing."""
+    return sa.and_(
+        t.c.lease_expires_at.is_not(None),
+        sa.or_(t.c.lease_expires_at <= now, t.c.lease_expires_at > now + bound),
+    )
 
 
 def _lit(value: str) -> ColumnElement[str]:
@@ -177,6 +191,30 @@ class Statements:
         # --- runs ------------------------------------------------------------
         self.run_get = sa.select(R).where(R.c.id == _p("id"))
         self.run_lock = self.run_get if dialect == "sqlite" else self.run_get.with_for_update()
+        # The pass's write locks the run and checks nobody passed since its read.
+        version = sa.select(R.c.version).where(R.c.id == _p("id"))
+        self.run_version_lock = version if dialect == "sqlite" else version.with_for_update()
+        # Cancel closes what a cancelled run still has open: a live step's
+        # worker finds its outcome refused, and no row stays 'running'.
+        self.close_live_steps = (
+            sa.update(S)
+            .where(
+                S.c.run_id == _p("id"),
+                _status_in(S, StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING),
+            )
+            .values(
+                status=StepStatus.FAILED.value,
+                error=_p("error"),
+                lease_expires_at=sa.null(),
+                wake_at=sa.null(),
+                updated_at=at,
+            )
+        )
+        self.close_live_attempts = (
+            sa.update(A)
+            .where(A.c.run_id == _p("id"), A.c.status == AttemptStatus.RUNNING.value)
+            .values(status=AttemptStatus.CANCELLED.value, error=_p("error"), finished_at=at)
+        )
         self.run_by_key = sa.select(R).where(
             R.c.workflow == _p("workflow"), R.c.idempotency_key == _p("key")
         )
@@ -233,7 +271,7 @@ class Statements:
 
         # --- steps -----------------------------------------------------------
         self.step_get = sa.select(S).where(S.c.id == _p("id"))
-        self.step_task_name = sa.select(S.c.task_name).where(S.c.id == _p("id"))
+        self.step_task_name = sa.select(S.c.run_id, S.c.task_name).where(S.c.id == _p("id"))
         self.steps_of_run = sa.select(S).where(S.c.run_id == _p("id")).order_by(S.c.seq)
         # The pass's read: its DB 'now', whether the run has signals, and its
         # steps in order; one row of NULL step columns when it has none.
@@ -284,8 +322,7 @@ class Statements:
             ),
             sa.and_(
                 S.c.status == StepStatus.RUNNING.value,
-                S.c.lease_expires_at.is_not(None),
-                S.c.lease_expires_at <= now,
+                _lapsed(S, now, LEASE_BOUND_FACTOR * _p("lease_ms", sa.BigInteger())),
                 S.c.attempt < S.c.max_attempts,
             ),
         )
@@ -293,6 +330,8 @@ class Statements:
             sa.update(S)
             .where(
                 S.c.id == _p("id"),
+                # a message naming a step of another run is refused (NULL: any run)
+                sa.or_(_p("run", ID_TYPE).is_(None), S.c.run_id == _p("run", ID_TYPE)),
                 S.c.task_name == _p("task"),
                 S.c.kind == StepKind.TASK.value,
                 claimable,
@@ -430,8 +469,7 @@ class Statements:
                 S.c.id == _p("id"),
                 S.c.attempt == _p("attempt"),
                 S.c.status == StepStatus.RUNNING.value,
-                S.c.lease_expires_at.is_not(None),
-                S.c.lease_expires_at <= now,
+                _lapsed(S, now, _p("bound_ms", sa.BigInteger())),
                 S.c.attempt >= S.c.max_attempts,
             )
             .values(
@@ -539,6 +577,10 @@ class Statements:
             .values(version=R.c.version + 1, updated_at=at)
         )
 
+        doubling = sa.case(
+            *[(R.c.sweep_count == i, 2**i) for i in range(SWEEP_BACKOFF_DOUBLINGS)],
+            else_=2**SWEEP_BACKOFF_DOUBLINGS,
+        )
         self.note_swept = (
             sa.update(R)
             .where(
@@ -547,7 +589,16 @@ class Statements:
                 sa.or_(R.c.next_sweep_at.is_(None), R.c.next_sweep_at <= now),
             )
             .values(
-                next_sweep_at=now + _p("backoff_ms", sa.BigInteger()),
+                # rules.sweep_backoff_ms: base * 2 ** sweep_count, capped
+                next_sweep_at=now
+                + sa.case(
+                    (
+                        _p("backoff_ms", sa.BigInteger()) * doubling
+                        > _p("max_backoff_ms", sa.BigInteger()),
+                        _p("max_backoff_ms", sa.BigInteger()),
+                    ),
+                    else_=_p("backoff_ms", sa.BigInteger()) * doubling,
+                ),
                 sweep_count=R.c.sweep_count + 1,
             )
         )
@@ -558,15 +609,20 @@ class Statements:
         # bound an index range; a subquery is evaluated once (an InitPlan) and
         # its value can.
         now = sa.select(now).scalar_subquery()
-        self.lapsed = (
-            sa.select(S)
-            .where(
-                S.c.status == StepStatus.RUNNING.value,
-                S.c.lease_expires_at.is_not(None),
-                S.c.lease_expires_at <= now,
-            )
-            .order_by(S.c.lease_expires_at)
-            .limit(_p("limit", sa.Integer()))
+        running = S.c.status == StepStatus.RUNNING.value
+        # Two ranges of one index: leases that lapsed, and leases set further
+        # ahead than any queue grants (an edited row, a clock gone wrong),
+        # which count as lapsed at that bound. A NULL bound finds none.
+        self.lapsed = _union_oldest(
+            [
+                sa.select(S)
+                .where(running, S.c.lease_expires_at.is_not(None), S.c.lease_expires_at <= now)
+                .order_by(S.c.lease_expires_at),
+                sa.select(S)
+                .where(running, S.c.lease_expires_at > now + _p("bound_ms", sa.BigInteger()))
+                .order_by(S.c.lease_expires_at.desc()),
+            ],
+            lambda c: c.lease_expires_at,
         )
         cutoff = now - _p("older_ms", sa.BigInteger())
         undispatched: list[sa.Select[Any]] = []

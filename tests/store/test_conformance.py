@@ -622,10 +622,29 @@ def test_advance_applies_outcome_fenced_and_shows_it_to_the_pass(store: Workflow
     assert store.get_step(nxt.id) == failed
 
 
+def test_cancel_closes_the_runs_open_steps_and_refuses_their_late_outcomes(
+    store: WorkflowStore,
+) -> None:
+    run, [running, waiting] = make_tasks(store, 2)
+    got = claim(store, running, "w")
+    record(store, run.id, run_status=RunStatus.CANCELLED)
+    for step in (store.get_step(running.id), store.get_step(waiting.id)):
+        assert step is not None and step.status == StepStatus.FAILED
+        assert step.lease_expires_at is None and step.wake_at is None
+        assert step.error is not None and step.error["type"] == "WorkflowCancelledError"
+    [attempt] = store.get_attempts(run.id)
+    assert attempt.status == AttemptStatus.CANCELLED and attempt.finished_at is not None
+    assert store.refresh_step_lease(running.id, got.attempt, 60_000) is False
+    with pytest.raises(WorkflowStepSupersededError):
+        store.advance(run.id, StepOutcome(running.id, got.attempt, ok=True, result=1), seen_by([]))
+    assert store.get_step(running.id).status == StepStatus.FAILED  # type: ignore[union-attr]
+    assert store.lapsed_steps(100) == []
+
+
 def test_advance_on_settled_run_records_outcome_but_decides_nothing(store: WorkflowStore) -> None:
     run, [step] = make_tasks(store, 1)
     got = claim(store, step, "w")
-    record(store, run.id, run_status=RunStatus.CANCELLED)
+    record(store, run.id, run_status=RunStatus.FAILED)
     ended = store.get_run(run.id)
 
     def never(view: RunView) -> Decision:
@@ -821,26 +840,51 @@ def test_advance_refuses_a_bad_outcome_writing_nothing(store: WorkflowStore) -> 
 
 
 def test_passes_of_one_run_are_serialised(store: WorkflowStore) -> None:
+    """Racing passes each apply a decision made on the run as the pass before
+    left it: a decision made on an older view is never applied (it decides
+    again). ``decide`` runs outside the store's lock (it is user code), so
+    decisions may overlap in time; what lands never does."""
     run, _ = make_run(store)
     lock = threading.Lock()
-    active: list[int] = [0]
-    most: list[int] = [0]
+    decided: list[int] = []
 
     def decide(view: RunView) -> Decision:
+        threading.Event().wait(0.05)  # widen the window a second pass would need
+        n = len(view.steps)  # each applied pass must see the steps of the one before
         with lock:
-            active[0] += 1
-            most[0] = max(most[0], active[0])
-        threading.Event().wait(0.1)  # widen the window a second pass would need
-        with lock:
-            active[0] -= 1
-        n = len(view.steps)  # each pass must see the steps of the one before
+            decided.append(n)
         return Decision(new_steps=[task(f"s{n}", n)])
 
     results = race(*[lambda: store.advance(run.id, None, decide)] * 3)
     assert all(kind == "ok" for kind, _ in results), results
-    assert most[0] == 1, "two passes of one run overlapped"
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "s1", "s2"]
     assert store.get_run(run.id).version == run.version + 3  # type: ignore[union-attr]
+    assert sorted(set(decided)) == [0, 1, 2]
+
+
+def test_a_slow_decide_holds_no_lock_on_the_run(store: WorkflowStore) -> None:
+    """A body that takes its time never blocks a cancel (or a signal) of its run."""
+    run, _ = make_run(store)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(view: RunView) -> Decision:
+        inside.set()
+        assert release.wait(10)
+        return Decision(new_steps=[task("late", 1)])
+
+    passing = threading.Thread(target=lambda: store.advance(run.id, None, slow))
+    passing.start()
+    try:
+        assert inside.wait(10)
+        done = threading.Event()
+        threading.Thread(target=lambda: (store.request_cancel(run.id), done.set())).start()
+        assert done.wait(5), "cancel waited for a running decide"
+    finally:
+        release.set()
+        passing.join(10)
+    again: list[RunView] = []
+    store.advance(run.id, None, seen_by(again))
+    assert again[-1].run.cancel_requested  # the slow pass lost its race and decided again
 
 
 # --- payloads are refused before anything is written ---------------------------

@@ -1,0 +1,69 @@
+"""pikku's own messages, read as untrusted input.
+
+Anyone who can publish to the broker can send ``pikku.run_step`` or
+``pikku.orchestrate`` with any arguments. Each is unpacked here by shape and
+type before the engine sees it (which then checks ids are UUIDs), so a
+malformed message is refused with one clear log line, never a traceback and
+never a write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import PikkuError
+
+STEP_FIELDS = ("run_id", "step_id", "attempt", "task_name", "queue")
+ORCHESTRATE_FIELDS = ("run_id", "reason")
+
+
+class InvalidMessageError(PikkuError, ValueError):
+    """A pikku message whose arguments do not have the shape pikku sends."""
+
+
+def _bind(
+    args: tuple[Any, ...], kwargs: dict[str, Any], fields: tuple[str, ...], required: int
+) -> dict[str, Any]:
+    if len(args) > len(fields):
+        raise InvalidMessageError(f"{len(args)} arguments, at most {len(fields)} expected")
+    bound = dict(zip(fields, args, strict=False))
+    for key, value in kwargs.items():
+        if key not in fields or key in bound:
+            raise InvalidMessageError(f"unexpected or repeated argument {key!r}")
+        bound[key] = value
+    missing = [f for f in fields[:required] if f not in bound]
+    if missing:
+        raise InvalidMessageError(f"missing argument(s) {', '.join(missing)}")
+    return bound
+
+
+def _text(value: Any, field: str, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidMessageError(f"{field} must be a str, got {type(value).__name__}")
+    return value
+
+
+def step_message(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, str, str | None]:
+    """``(run_id, step_id, task_name, queue)`` of a ``pikku.run_step`` message.
+
+    The attempt it carries is a hint for people reading the broker; the
+    claim reads the current attempt from the database.
+    """
+    bound = _bind(args, kwargs, STEP_FIELDS, required=4)
+    attempt = bound["attempt"]
+    if not isinstance(attempt, int) or isinstance(attempt, bool):
+        raise InvalidMessageError(f"attempt must be an int, got {type(attempt).__name__}")
+    return (
+        _text(bound["run_id"], "run_id"),
+        _text(bound["step_id"], "step_id"),
+        _text(bound["task_name"], "task_name"),
+        _text(bound.get("queue"), "queue", optional=True),
+    )
+
+
+def orchestrate_message(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
+    """``(run_id, reason)`` of a ``pikku.orchestrate`` message."""
+    bound = _bind(args, kwargs, ORCHESTRATE_FIELDS, required=1)
+    return _text(bound["run_id"], "run_id"), _text(bound.get("reason", ""), "reason")

@@ -1,0 +1,49 @@
+"""The bounds every run lives within, so no body can grow or spin without end.
+
+A body is ordinary Python, replayed on every pass: a bug that records steps in
+a loop, spawns children recursively or never suspends would otherwise fill the
+database or hold a worker forever. Each bound has a default (see the README's
+"Limits") and is set on ``Pikku(...)`` / ``WorkflowEngine(...)`` by its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds of a run and of one replay pass; each refuses with a clear error."""
+
+    max_steps_per_run: int = 1_000
+    """Steps a run may record (tasks, timers, signals, children, ``ctx.now()`` values)."""
+
+    max_children_per_run: int = 100
+    """Child runs one run may start."""
+
+    max_child_depth: int = 16
+    """How deep children of children may nest (a top-level run is depth 0)."""
+
+    pass_max_seconds: float = 10.0
+    """Wall time one replay pass may spend in the body before the run fails."""
+
+    pass_max_calls: int = 100_000
+    """``ctx`` calls one replay pass may make before the run fails."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps_per_run", "max_children_per_run", "pass_max_calls"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.max_child_depth, int) or self.max_child_depth < 0:
+            raise ValueError(f"max_child_depth must be an int >= 0, got {self.max_child_depth!r}")
+        if not self.pass_max_seconds > 0:
+            raise ValueError(f"pass_max_seconds must be > 0, got {self.pass_max_seconds!r}")
+
+
+class PassBudgetSpent(BaseException):
+    """Ends a pass whose body ran past its budget.
+
+    A BaseException, like the pass's own suspension, so a body's ``except
+    Exception`` cannot swallow it and loop on.
+    """
