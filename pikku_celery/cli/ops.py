@@ -94,10 +94,12 @@ def sweep(once: bool, interval: float | None, as_json: bool) -> None:
 @json_option
 @friendly_errors
 def leases(as_json: bool) -> None:
-    """Show each queue's step lease and its source.
+    """Show each queue's step lease and its source, and steps no worker took.
 
-    Queues: the app's default and task_queues, pikku's overrides, and every
-    queue a registered task is routed to.
+    Queues: the app's default and task_queues, pikku's overrides, every
+    queue a registered task is routed to, and every queue holding steps sent
+    longer than ``message_grace`` ago and still unclaimed (named on stderr:
+    a queue that stays there has no consumer).
     """
     pikku = state().engine()
     routed: dict[str, list[str]] = {}
@@ -110,14 +112,33 @@ def leases(as_json: bool) -> None:
     extra = list(routed)
     if pikku.orchestration_queue:
         extra.append(pikku.orchestration_queue)
-    rows = [(lease, routed.get(lease.queue, [])) for lease in pikku.queue_leases.table(extra)]
+    default = pikku.queue_leases.default_queue()
+    waiting = {
+        (queue or default): (steps, oldest_ms)
+        for queue, steps, oldest_ms in pikku.store.waiting_by_queue(
+            round(pikku.message_grace * 1000)
+        )
+    }
+    extra += list(waiting)
+    rows = [
+        (lease, routed.get(lease.queue, []), waiting.get(lease.queue))
+        for lease in pikku.queue_leases.table(extra)
+    ]
     transport = transport_name(pikku.app)
     if as_json:
         echo_json(
             {
                 "transport": transport,
-                "queues": [render.lease_json(lease, tasks) for lease, tasks in rows],
+                "queues": [render.lease_json(*row) for row in rows],
             }
         )
         return
     render.console().print(render.leases_table(rows, transport))
+    for lease, _, stuck in rows:
+        if stuck is not None:
+            click.echo(
+                f"queue {lease.queue!r}: {stuck[0]} step(s) sent but unclaimed for up to "
+                f"{render.human_seconds(stuck[1] / 1000)}: is any worker consuming it? "
+                f"(celery worker -Q {lease.queue})",
+                err=True,
+            )

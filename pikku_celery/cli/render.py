@@ -265,13 +265,15 @@ def show_json(run: RunState, steps: Sequence[StepHistory], now: int) -> dict[str
     }
 
 
-def lease_json(lease: QueueLease, tasks: Sequence[str]) -> dict[str, Any]:
-    """One queue's lease for ``leases --json``."""
+def lease_json(lease: QueueLease, tasks: Sequence[str], waiting: Waiting = None) -> dict[str, Any]:
+    """One queue's lease for ``leases --json``, with the steps no worker took."""
     return {
         "queue": lease.queue,
         "seconds": lease.seconds,
         "source": lease.source,
         "tasks": list(tasks),
+        "unclaimed_steps": 0 if waiting is None else waiting[0],
+        "oldest_unclaimed_s": None if waiting is None else waiting[1] / 1000,
     }
 
 
@@ -422,19 +424,32 @@ def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
     return titled("attempts", table)
 
 
-def leases_table(rows: Sequence[tuple[QueueLease, Sequence[str]]], transport: str) -> Group:
-    """The ``leases`` table: each queue's step lease and where it came from."""
+Waiting = tuple[int, int] | None
+"""Steps sent to a queue and unclaimed past ``message_grace``, and the oldest's wait (ms)."""
+
+
+def leases_table(
+    rows: Sequence[tuple[QueueLease, Sequence[str], Waiting]], transport: str
+) -> Group:
+    """The ``leases`` table: each queue's step lease, its source, and steps no worker took."""
     table = Table()
     table.add_column("queue", no_wrap=True)
     table.add_column("lease", justify="right", no_wrap=True)
     table.add_column("source")
     table.add_column("tasks routed here")
-    for lease, tasks in rows:
+    table.add_column("unclaimed", justify="right", no_wrap=True)
+    for lease, tasks, waiting in rows:
         table.add_row(
             styled(lease.queue),
             styled(f"{lease.seconds:g} s"),
             styled(lease.source),
             styled(", ".join(tasks) or "-"),
+            styled(
+                "-"
+                if waiting is None
+                else f"{waiting[0]} (oldest {human_seconds(waiting[1] / 1000)})",
+                "bold red" if waiting else "",
+            ),
         )
     return titled(f"step leases by queue (transport: {transport})", table)
 

@@ -62,7 +62,9 @@ def replay(
     except PassBudgetSpent as spent:
         # Nothing the pass recorded is kept: a runaway body's steps are noise.
         return Decision(run_status=RunStatus.FAILED, error=error_info(WorkflowLimitError(spent)))
-    except WorkflowNondeterminismError as exc:
+    except (WorkflowNondeterminismError, WorkflowLimitError) as exc:
+        # Neither keeps what this pass recorded: steps past a limit (or out of
+        # order) would only be rows that no replay can account for.
         return Decision(run_status=RunStatus.FAILED, error=error_info(exc))
     except Exception as exc:
         decision, _ = pass_state(ctx)

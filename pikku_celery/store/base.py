@@ -163,6 +163,12 @@ class WorkflowStore(Protocol):
         """Running runs with no progress for ``idle_ms`` and no step in flight."""
         ...
 
+    def waiting_by_queue(self, older_than_ms: int) -> list[tuple[str | None, int, int]]:
+        """``(queue, steps, oldest wait ms)`` of task steps sent (or due) longer
+        ago than ``older_than_ms`` and still unclaimed: a queue here that stays
+        here has no worker consuming it. Busiest queue first."""
+        ...
+
     def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
         """Claim a sweep wake-up of the run unless one is already pending
         (``next_sweep_at`` in the future). Each wake-up with no pass in

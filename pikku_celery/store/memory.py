@@ -47,6 +47,7 @@ from .rules import (
     lease_lapsed,
     run_cancelled_error,
     step_after_outcome,
+    step_closed,
     sweep_backoff_ms,
 )
 
@@ -333,14 +334,7 @@ class InMemoryWorkflowStore:
             ):
                 return False
             err = lease_expired_error(step.name, step.attempt)
-            self._steps[step_id] = replace(
-                step,
-                status=StepStatus.FAILED,
-                error=err,
-                lease_expires_at=None,
-                wake_at=None,
-                updated_at=now,
-            )
+            self._steps[step_id] = step_closed(step, err, now)
             self._set_attempt(
                 step_id,
                 step.attempt,
@@ -489,14 +483,7 @@ class InMemoryWorkflowStore:
         for sid in self._run_steps[run_id]:
             step = self._steps[sid]
             if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
-                self._steps[sid] = replace(
-                    step,
-                    status=StepStatus.FAILED,
-                    error=err,
-                    lease_expires_at=None,
-                    wake_at=None,
-                    updated_at=now,
-                )
+                self._steps[sid] = step_closed(step, err, now)
             for row in self._attempts.get(sid, []):
                 if row.status == AttemptStatus.RUNNING:
                     self._set_attempt(
@@ -635,6 +622,22 @@ class InMemoryWorkflowStore:
             ]
         found.sort(key=lambda r: r.updated_at)
         return found[:limit]
+
+    def waiting_by_queue(self, older_than_ms: int) -> list[tuple[str | None, int, int]]:
+        with self._lock:
+            now = self._clock()
+            found: dict[str | None, tuple[int, int]] = {}
+            for s in self._steps.values():
+                sent = s.scheduled_at if s.scheduled_at is not None else s.created_at
+                if (
+                    s.kind == StepKind.TASK
+                    and s.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
+                    and sent <= now - older_than_ms
+                ):
+                    count, oldest = found.get(s.queue, (0, now))
+                    found[s.queue] = (count + 1, min(oldest, sent))
+        rows = [(q, count, now - oldest) for q, (count, oldest) in found.items()]
+        return sorted(rows, key=lambda r: (-r[1], -r[2], r[0] or ""))
 
     def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
         with self._lock:

@@ -91,6 +91,19 @@ def step_after_outcome(step: StepState, outcome: StepOutcome, now: int) -> StepS
     )
 
 
+def step_closed(step: StepState, error: ErrorInfo, now: int) -> StepState:
+    """A step failed for good without an outcome of its own (its lease
+    expired on its last attempt, its run was cancelled): no lease, no retry."""
+    return replace(
+        step,
+        status=StepStatus.FAILED,
+        error=error,
+        lease_expires_at=None,
+        wake_at=None,
+        updated_at=now,
+    )
+
+
 def run_cancelled_error() -> ErrorInfo:
     """The error a cancelled run's still-open steps and attempts are closed with."""
     return {

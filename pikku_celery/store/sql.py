@@ -1067,6 +1067,7 @@ class SQLWorkflowStore:
             decision.resolutions
             or decision.redispatch
             or decision.cancel_children
+            or decision.run_status == RunStatus.CANCELLED  # closes the run's open steps
             or len(encoded.steps) > 1
             or any(e.child_input is not None for e in encoded.steps)
             or (ends and run.parent_run_id is not None)
@@ -1394,6 +1395,11 @@ class SQLWorkflowStore:
         params = {"p_idle_ms": idle_ms, "p_limit": limit}
         with self._one() as conn:
             return [_run_from(r) for r in conn.execute(self._st.idle, params)]
+
+    def waiting_by_queue(self, older_than_ms: int) -> list[tuple[str | None, int, int]]:
+        with self._one() as conn:
+            rows = conn.execute(self._st.waiting_by_queue, {"p_older_ms": older_than_ms})
+            return [(r.queue, int(r.steps), int(r.oldest_ms)) for r in rows]
 
     def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
         params = {

@@ -639,6 +639,21 @@ class Statements:
         self.undispatched = _union_oldest(
             undispatched, lambda c: sa.func.coalesce(c.scheduled_at, c.created_at)
         )
+        sent_at = sa.func.coalesce(S.c.scheduled_at, S.c.created_at)
+        self.waiting_by_queue = (
+            sa.select(
+                S.c.queue,
+                sa.func.count().label("steps"),
+                (now - sa.func.min(sent_at)).label("oldest_ms"),
+            )
+            .where(
+                _status_in(S, StepStatus.PENDING, StepStatus.SCHEDULED),
+                S.c.kind == StepKind.TASK.value,
+                sent_at <= cutoff,
+            )
+            .group_by(S.c.queue)
+            .order_by(sa.func.count().desc(), sa.func.min(sent_at))
+        )
         self.due = _union_oldest(
             [
                 sa.select(S)

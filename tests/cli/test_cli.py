@@ -352,6 +352,8 @@ def test_leases_names_each_queue_its_lease_and_its_source(cliapp: Any) -> None:
         "seconds": 45.0,
         "source": "pikku queue_leases",
         "tasks": ["cliapp.ship"],
+        "unclaimed_steps": 0,
+        "oldest_unclaimed_s": None,
     }
     assert queues["celery"]["seconds"] == 300.0 and queues["celery"]["source"] == "pikku's default"
     # Every task the app knows, shared tasks of installed libraries too.
@@ -363,6 +365,21 @@ def test_leases_names_each_queue_its_lease_and_its_source(cliapp: Any) -> None:
     shipping = next(line for line in human.output.splitlines() if "shipping" in line)
     assert "45 s" in shipping and "pikku queue_leases" in shipping and "cliapp.ship" in shipping
     assert "300 s" in human.output and "transport: memory" in human.output
+
+
+def test_leases_names_a_queue_whose_steps_no_worker_claims(cliapp: Any) -> None:
+    cliapp.pikku.start("order", {"a": 1, "b": 2})  # its first step waits on 'celery'
+    leases = ok_json(*A, "leases")
+    queues = {q["queue"]: q for q in leases["queues"]}
+    assert queues["celery"]["unclaimed_steps"] == 1
+    assert queues["celery"]["oldest_unclaimed_s"] >= 0
+    assert queues["shipping"]["unclaimed_steps"] == 0
+
+    human = cli(*A, "leases")
+    assert human.exit_code == 0
+    assert "queue 'celery': 1 step(s) sent but unclaimed" in human.output
+    assert "celery worker -Q celery" in human.output
+    assert "queue 'shipping'" not in human.output
 
 
 # --- finding the app ---------------------------------------------------------

@@ -21,7 +21,7 @@ from tests.services import MYSQL_ADMIN_URL, PG_ADMIN_URL, SESSION_TAG, scratch_d
 BACKENDS = ["memory", "sqlite", "postgres", "mariadb"]
 
 
-def _migrated(admin_url: str, name: str) -> Iterator[sa.Engine]:
+def migrated_engine(admin_url: str, name: str) -> Iterator[sa.Engine]:
     from pikku_celery.store.migrate import upgrade
 
     with scratch_database(admin_url, name) as url:
@@ -35,12 +35,12 @@ def _migrated(admin_url: str, name: str) -> Iterator[sa.Engine]:
 
 @pytest.fixture(scope="session")
 def store_pg_engine() -> Iterator[sa.Engine]:
-    yield from _migrated(PG_ADMIN_URL, f"{SESSION_TAG}_store")
+    yield from migrated_engine(PG_ADMIN_URL, f"{SESSION_TAG}_store")
 
 
 @pytest.fixture(scope="session")
 def store_mysql_engine() -> Iterator[sa.Engine]:
-    yield from _migrated(MYSQL_ADMIN_URL, f"{SESSION_TAG}_store")
+    yield from migrated_engine(MYSQL_ADMIN_URL, f"{SESSION_TAG}_store")
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pikku_celery.engine.replay import cancelled
 from pikku_celery.errors import (
     DuplicateStepError,
     PayloadError,
@@ -641,6 +642,27 @@ def test_cancel_closes_the_runs_open_steps_and_refuses_their_late_outcomes(
     assert store.lapsed_steps(100) == []
 
 
+def test_a_cancelling_pass_with_an_outcome_closes_the_other_open_steps(
+    store: WorkflowStore,
+) -> None:
+    """The outcome of one of two steps in flight lands on a run being
+    cancelled: the outcome is kept, the other step is closed (every store,
+    whichever path its pass takes)."""
+    run, [done, other] = make_tasks(store, 2)
+    got = claim(store, done, "w1")
+    claim(store, other, "w2")
+    store.request_cancel(run.id)
+    store.advance(run.id, StepOutcome(done.id, got.attempt, ok=True, result=7), cancelled)
+    assert store.get_run(run.id).status == RunStatus.CANCELLED  # type: ignore[union-attr]
+    kept = store.get_step(done.id)
+    assert kept is not None and kept.status == StepStatus.SUCCEEDED and kept.result == 7
+    closed = store.get_step(other.id)
+    assert closed is not None and closed.status == StepStatus.FAILED
+    assert closed.error is not None and closed.error["type"] == "WorkflowCancelledError"
+    statuses = {a.step_id: a.status for a in store.get_attempts(run.id)}
+    assert statuses == {done.id: AttemptStatus.SUCCEEDED, other.id: AttemptStatus.CANCELLED}
+
+
 def test_advance_on_settled_run_records_outcome_but_decides_nothing(store: WorkflowStore) -> None:
     run, [step] = make_tasks(store, 1)
     got = claim(store, step, "w")
@@ -1013,3 +1035,18 @@ def test_note_swept_is_overlap_safe(store: WorkflowStore) -> None:
     record(store, run.id, run_status=RunStatus.COMPLETED)
     assert store.note_swept(run.id, 0) is False
     assert store.note_swept("00000000-0000-0000-0000-000000000000", 10) is False
+
+
+def test_waiting_by_queue_counts_unclaimed_steps_per_queue(store: WorkflowStore) -> None:
+    _, [a, b, c] = make_tasks(store, 3)
+    make_run(store, task("x", 0, queue="ovens"))
+    claim(store, a, "w")  # a claimed step is not waiting
+    found = store.waiting_by_queue(0)
+    by_queue = {queue: (steps, oldest) for queue, steps, oldest in found}
+    assert by_queue[None][0] == 2 and by_queue["ovens"][0] == 1
+    assert found[0][0] is None  # busiest first
+    assert all(oldest >= 0 for _, oldest in by_queue.values())
+    assert store.waiting_by_queue(3_600_000) == []  # none waited an hour
+    claim(store, b, "w")
+    claim(store, c, "w")
+    assert {q for q, _, _ in store.waiting_by_queue(0)} == {"ovens"}

@@ -103,7 +103,7 @@ EXPECTED = {
     "due_steps": ["ix_pikku_step_status_wake"],
     "idle_runs": ["ix_pikku_run_status_updated"],
 }
-PARAMS = {"p_limit": 100, "p_older_ms": 30_000, "p_idle_ms": 60_000}
+PARAMS = {"p_limit": 100, "p_older_ms": 30_000, "p_idle_ms": 60_000, "p_bound_ms": 7_200_000}
 
 
 def _plan(engine: sa.Engine, stmt: sa.Select[Any]) -> str:
@@ -128,6 +128,7 @@ def test_sweep_query_uses_its_index(loaded_engine: sa.Engine, query: str) -> Non
 def test_sweep_queries_return_what_the_data_holds(loaded_engine: sa.Engine) -> None:
     store = SQLWorkflowStore(loaded_engine)
     assert len(store.lapsed_steps(1000)) == RUNS // 100
+    assert len(store.lapsed_steps(1000, 7_200_000)) == RUNS // 100  # no lease beyond the bound
     assert len(store.undispatched_steps(30_000, 1000)) == RUNS // 100
     assert len(store.due_steps(1000)) == RUNS // 100
     assert store.idle_runs(60_000, 1000) == []

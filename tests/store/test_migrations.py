@@ -169,3 +169,54 @@ def test_db_upgrade_at_head_with_a_column_dropped_says_so_and_fails(empty_url: s
     assert f"already at revision {migrate.head()}" in result.output
     assert "differ" in result.output and "scheduled_at" in result.output
     assert PASSWORD not in result.output
+
+
+def test_upgrade_from_0001_keeps_rows_and_makes_names_exact(empty_url: str) -> None:
+    """A database made by 0001 (MariaDB's padding collation) is upgraded in
+    place: its rows stay, its foreign keys stay, and from then on 'key' and
+    'key ' are two idempotency keys, as on PostgreSQL."""
+    migrate.upgrade(empty_url, "0001")
+    engine = sa.create_engine(empty_url)
+    run_id = "00000000-0000-4000-8000-000000000001"
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO pikku_workflow_run (id, workflow, status, idempotency_key, "
+                    "cancel_requested, version, sweep_count, created_at, updated_at) "
+                    "VALUES (:id, 'wf', 'running', 'padkey', false, 1, 0, 1, 1)"
+                ),
+                {"id": run_id},
+            )
+        migrate.upgrade(empty_url)
+        assert migrate.check(empty_url).ok
+        with engine.begin() as conn:
+            found = conn.execute(
+                sa.text("SELECT id, depth FROM pikku_workflow_run WHERE idempotency_key = :k"),
+                {"k": "padkey "},
+            ).all()
+            assert found == []  # no longer the same key as 'padkey'
+            [(kept, depth)] = conn.execute(
+                sa.text("SELECT id, depth FROM pikku_workflow_run WHERE idempotency_key = 'padkey'")
+            ).all()
+            assert (kept, depth) == (run_id, 0)
+        if engine.dialect.name in ("mysql", "mariadb"):
+            inspector = sa.inspect(engine)
+            for table in ("pikku_workflow_step", "pikku_workflow_signal"):
+                [fk] = inspector.get_foreign_keys(table)
+                assert fk["referred_table"] == "pikku_workflow_run"
+            with engine.connect() as conn:
+                collations = set(
+                    conn.execute(
+                        sa.text(
+                            "SELECT DISTINCT collation_name FROM information_schema.columns "
+                            "WHERE table_schema = DATABASE() AND table_name LIKE 'pikku_%' "
+                            "AND data_type = 'varchar' AND column_name NOT IN ('status', 'kind') "
+                            "AND table_name <> :version"
+                        ),
+                        {"version": migrate.VERSION_TABLE},
+                    ).scalars()
+                )
+            assert collations == {"utf8mb4_nopad_bin"}
+    finally:
+        engine.dispose()
