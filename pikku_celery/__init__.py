@@ -9,6 +9,7 @@ from .engine import Context, RunHandle, StepHandle, StepHistory, SweepReport, Wo
 from .engine.transactional import step_connection, transactional
 from .errors import (
     CorruptValueError,
+    IdempotencyKeyReusedError,
     InvalidIdError,
     InvalidRunIdError,
     LeaseLostError,
@@ -20,6 +21,7 @@ from .errors import (
     SchemaMissingError,
     SignalTimeoutError,
     StepFailedError,
+    StoreUnavailableError,
     UnknownTaskError,
     UnknownWorkflowError,
     WorkflowCancelledError,
@@ -38,6 +40,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Context",
     "CorruptValueError",
+    "IdempotencyKeyReusedError",
     "InvalidIdError",
     "InvalidRunIdError",
     "LeaseLostError",
@@ -56,6 +59,7 @@ __all__ = [
     "StepHandle",
     "StepHistory",
     "StepStatus",
+    "StoreUnavailableError",
     "SweepReport",
     "UnknownTaskError",
     "UnknownWorkflowError",

@@ -46,6 +46,10 @@ class StoreError(PikkuError):
     """Base class of workflow store errors."""
 
 
+class StoreUnavailableError(StoreError):
+    """The workflow database cannot be reached (down, wrong host or port)."""
+
+
 class SchemaMissingError(StoreError):
     """The database lacks pikku's tables or columns; migrations must be run."""
 
@@ -56,6 +60,23 @@ class PayloadError(StoreError, TypeError):
 
 class DuplicateStepError(StoreError):
     """A run already has a step of that name (step names are unique per run)."""
+
+
+class IdempotencyKeyReusedError(StoreError):
+    """``start`` was given an idempotency key already used for another input.
+
+    ``run_id`` is the run the key belongs to; nothing was written.
+    """
+
+    def __init__(self, workflow: str, key: str, run_id: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} of workflow {workflow!r} already started run {run_id} "
+            "with a different input; use a new key for a new input, or the same input to "
+            "get that run back"
+        )
+        self.workflow = workflow
+        self.key = key
+        self.run_id = run_id
 
 
 class RunSettledError(StoreError):

@@ -16,7 +16,13 @@ from celery import Celery, signals
 
 from ..db import make_engine
 from ..engine.core import WorkflowEngine
-from ..errors import InvalidIdError, PayloadError, WorkflowStepFunctionMismatchError
+from ..engine.sweep import SweepReport
+from ..errors import (
+    InvalidIdError,
+    PayloadError,
+    PikkuError,
+    WorkflowStepFunctionMismatchError,
+)
 from ..lease.base import LeaseService
 from ..names import check_id
 from ..store.base import WorkflowStore
@@ -40,7 +46,10 @@ class Pikku(WorkflowEngine):
     """The workflow engine bound to a Celery app and a SQL database.
 
     ``database_url`` (or a ready SQLAlchemy ``engine``) holds runs, steps and,
-    unless ``lease_service`` is given (e.g. Redis), the leases too.
+    unless ``lease_service`` is given (e.g. Redis), the leases too. Building
+    one connects to nothing: the store checks its tables on first use, and
+    ``upgrade_command`` is the command its error then names (Django's
+    integration names ``manage.py pikku_celery db upgrade``).
     """
 
     def __init__(
@@ -56,6 +65,7 @@ class Pikku(WorkflowEngine):
         default_lease: float | None = None,
         orchestration_queue: str | None = None,
         install_beat: bool = True,
+        upgrade_command: str | None = None,
         **options: Any,
     ) -> None:
         if store is None and engine is None and database_url is None:
@@ -66,7 +76,7 @@ class Pikku(WorkflowEngine):
             from ..store.sql import SQLWorkflowStore
 
             assert self.sql_engine is not None
-            store = SQLWorkflowStore(self.sql_engine)
+            store = SQLWorkflowStore(self.sql_engine, upgrade_command=upgrade_command)
         if lease_service is None:
             if self.sql_engine is not None:
                 from ..lease.sql import SQLLeaseService
@@ -94,6 +104,7 @@ class Pikku(WorkflowEngine):
         if install_beat:
             self._install_beat()
         signals.worker_process_init.connect(self._after_fork, weak=False)
+        signals.worker_ready.connect(self._check_store, weak=False)
 
     # --- public helpers ------------------------------------------------------
     def lease_for_queue(self, queue: str | None = None) -> QueueLease:
@@ -192,6 +203,27 @@ class Pikku(WorkflowEngine):
             "options": {"serializer": "json"},
         }
         self.app.conf.beat_schedule = schedule
+
+    def sweep(self, limit: int = 200) -> SweepReport:
+        """One sweep now (see :meth:`WorkflowEngine.sweep`). The store is made
+        ready first: the sweep's own lease lives in its tables, which on
+        SQLite the store creates on first use."""
+        self._prepare_store()
+        return super().sweep(limit)
+
+    def _prepare_store(self) -> None:
+        from ..store.sql import SQLWorkflowStore
+
+        if isinstance(self.store, SQLWorkflowStore):
+            self.store.prepare()
+
+    def _check_store(self, **_: Any) -> None:
+        """A worker says at start when the store is not ready (no tables, no
+        database), rather than at its first message."""
+        try:
+            self._prepare_store()
+        except PikkuError as exc:
+            log.error("pikku-celery's store is not ready: %s", exc)
 
     def _after_fork(self, **_: Any) -> None:
         # Connections made before fork must not be shared with the parent.

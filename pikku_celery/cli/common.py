@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from ..engine.core import parse_run_id
-from ..errors import PikkuError, SchemaMissingError
+from ..errors import PikkuError, SchemaMissingError, StoreUnavailableError
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku
@@ -79,28 +79,6 @@ def scrub(text: str, secrets: list[str]) -> str:
 def fail(url: str, exc: BaseException) -> ServiceError:
     """A clean error for a database problem, the password never shown."""
     return ServiceError(f"{masked(url)}: {scrub(first_line(exc), [url_password(url) or ''])}")
-
-
-@contextmanager
-def schema_check_deferred() -> Iterator[None]:
-    """Import an app whose database has no tables yet.
-
-    The app builds its store at import and the store refuses a database
-    without pikku's tables, yet ``db upgrade`` is how those tables are made:
-    so ``db`` commands skip that check while they read the app's URL.
-    """
-    from ..store import sql
-
-    original = sql.check_schema
-
-    def skip(*_: Any, **__: Any) -> None:
-        return None
-
-    sql.check_schema = skip
-    try:
-        yield
-    finally:
-        sql.check_schema = original
 
 
 @dataclass
@@ -164,7 +142,7 @@ def friendly_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except click.ClickException:
             raise
-        except SchemaMissingError as exc:
+        except (SchemaMissingError, StoreUnavailableError) as exc:
             raise ServiceError(scrub(str(exc), state().secrets())) from None
         except PikkuError as exc:
             raise click.ClickException(scrub(str(exc), state().secrets())) from None

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 import sqlalchemy as sa
 
-from .common import fail, masked, schema_check_deferred, state
+from .common import fail, masked, state
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -42,8 +42,7 @@ def resolve_url(database_url: str | None) -> str:
             "Missing option '--database-url' (env: PIKKU_DATABASE_URL), "
             "or -A/--app to take it from your app's Pikku."
         )
-    with schema_check_deferred():
-        pikku = s.engine()
+    pikku = s.engine()  # building a Pikku touches no database: fine before its tables exist
     if pikku.sql_engine is None:
         raise click.UsageError(
             "the app's Pikku has no SQL engine (it was given a store=); pass --database-url"

@@ -198,6 +198,7 @@ def run_summary(run: RunState, now: int) -> dict[str, Any]:
         "cancel_requested": run.cancel_requested,
         "parent_run_id": run.parent_run_id,
         "error": error_text(run.error),
+        "blocked": None if run.status.terminal else run.blocked,
     }
 
 
@@ -309,19 +310,26 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
     table.add_column("error")
     for run in runs:
         status = run.status.value + (" (cancelling)" if _cancelling(run) else "")
+        if run.blocked and not run.status.terminal:
+            status += " (blocked)"
         table.add_row(
             styled(run.id),
             styled(run.workflow),
             status_cell(status),
             styled(clock(run.created_at)),
             styled(human_seconds(run_duration_ms(run, now) / 1000)),
-            styled(error_text(run.error), "red"),
+            styled(error_text(run.error) or _blocked(run), "red"),
         )
     return titled(title, table)
 
 
 def _cancelling(run: RunState) -> bool:
     return run.cancel_requested and not run.status.terminal
+
+
+def _blocked(run: RunState) -> str | None:
+    """Why no pass can run a live run (no worker knows its workflow)."""
+    return None if run.status.terminal or not run.blocked else f"blocked: {run.blocked}"
 
 
 def run_panel(run: RunState, now: int) -> Text:
@@ -341,6 +349,9 @@ def run_panel(run: RunState, now: int) -> Text:
         rows.append(("parent run", styled(run.parent_run_id)))
     if run.wake_at is not None and not run.status.terminal:
         rows.append(("next wake-up", styled(clock(run.wake_at) + " UTC")))
+    blocked = _blocked(run)
+    if blocked is not None:
+        rows.append(("blocked", styled(blocked.removeprefix("blocked: "), "red")))
     rows.append(("input", styled(compact(run.input))))
     if run.status.value == "completed":
         rows.append(("output", styled(compact(run.output))))
@@ -363,10 +374,15 @@ def steps_table(steps: Sequence[StepHistory], now: int) -> Group:
     table.add_column("worker", no_wrap=True)
     table.add_column("duration", justify="right", no_wrap=True)
     table.add_column("lease left", justify="right", no_wrap=True)
+    table.add_column("result / error")
     for history in steps:
         step = history.step
         retrying = step.status == StepStatus.FAILED and step.wake_at is not None
         status = step.status.value + (" (retry due)" if retrying else "")
+        if step.status == StepStatus.SUCCEEDED and step.kind != StepKind.SLEEP:
+            outcome: str | None = _shown(step.result)
+        else:
+            outcome = error_text(step.error)
         table.add_row(
             styled(str(step.seq)),
             styled(step.name),
@@ -378,8 +394,14 @@ def steps_table(steps: Sequence[StepHistory], now: int) -> Group:
             styled(step.worker),
             styled(human_seconds(_s(step_duration_ms(history, now)))),
             styled(lease_text(step, now)),
+            styled(outcome),
         )
     return titled("steps", table)
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A stored value in a table cell: compact JSON, or an unreadable one as stored."""
+    return repr(value) if isinstance(value, UnreadableValue) else compact(value, limit)
 
 
 def _s(ms: int | None) -> float | None:

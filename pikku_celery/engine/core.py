@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -10,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, overload
 
-from ..errors import InvalidRunIdError, RunSettledError
+from ..errors import IdempotencyKeyReusedError, InvalidRunIdError, RunSettledError
 from ..lease.base import LeaseService
 from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
@@ -134,17 +135,21 @@ class WorkflowEngine:
         """Record a new run and take its first pass right here.
 
         Input that is not JSON (or too large) is refused before anything is
-        written, naming the offending value's path.
+        written, naming the offending value's path. An ``idempotency_key``
+        already used returns that run if the input is the same, and raises
+        :class:`IdempotencyKeyReusedError` (naming the run) if it is not.
         """
         wf = self.registry.get(workflow)
         if idempotency_key is not None:
             check_name(idempotency_key, "idempotency_key")
-        dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
+        text = dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
         run, created = self.store.create_run(
             NewRun(workflow=wf.name, input=input, idempotency_key=idempotency_key)
         )
         if created:
             advance(self, run.id, None, reason="start")
+        elif idempotency_key is not None and run.input != json.loads(text):
+            raise IdempotencyKeyReusedError(wf.name, idempotency_key, run.id)
         return RunHandle(self, run.id)
 
     def handle(self, run_id: str) -> RunHandle:

@@ -65,8 +65,12 @@ def advance(
     except WorkflowStepSupersededError as exc:
         log.warning("refused a superseded outcome: %s", exc)
         return None
-    except (RunNotFoundError, UnknownWorkflowError):
-        raise  # nothing to fail, or another worker may know the workflow
+    except RunNotFoundError:
+        raise  # nothing to fail
+    except UnknownWorkflowError as exc:
+        # Another worker (a newer deploy) may know it: wait for it, visibly.
+        engine.store.mark_blocked(run_id, str(exc))
+        raise
     except (PikkuError, ValueError, TypeError) as exc:
         # Pikku's own refusals, a value no database stores, a body or codec
         # bug: the same on every replay. Anything else (a lost connection, a

@@ -163,6 +163,11 @@ class WorkflowStore(Protocol):
         """Running runs with no progress for ``idle_ms`` and no step in flight."""
         ...
 
+    def mark_blocked(self, run_id: str, reason: str) -> None:
+        """Say why no pass can run a live run now (``RunState.blocked``);
+        the next pass that runs clears it. Not a pass: bumps nothing."""
+        ...
+
     def waiting_by_queue(self, older_than_ms: int) -> list[tuple[str | None, int, int]]:
         """``(queue, steps, oldest wait ms)`` of task steps sent (or due) longer
         ago than ``older_than_ms`` and still unclaimed: a queue here that stays

@@ -462,6 +462,7 @@ class InMemoryWorkflowStore:
             "wake_at": decision.wake_at,
             "next_sweep_at": None,
             "sweep_count": 0,
+            "blocked": None,
         }
         parent_to_wake = None
         if decision.run_status is not None and decision.run_status.terminal:
@@ -622,6 +623,12 @@ class InMemoryWorkflowStore:
             ]
         found.sort(key=lambda r: r.updated_at)
         return found[:limit]
+
+    def mark_blocked(self, run_id: str, reason: str) -> None:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None and not run.status.terminal:
+                self._runs[run_id] = replace(run, blocked=reason)
 
     def waiting_by_queue(self, older_than_ms: int) -> list[tuple[str | None, int, int]]:
         with self._lock:

@@ -116,6 +116,7 @@ class RunState:
     created_at: int = 0
     updated_at: int = 0
     depth: int = 0  # 0 for a run started by start(); a child is its parent's depth + 1
+    blocked: str | None = None  # why no pass can run it now (no worker knows its workflow)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,8 @@ run_table = sa.Table(
     sa.Column("updated_at", MS, nullable=False),
     # how deep under start()'s runs (0): bounds child recursion (Limits.max_child_depth)
     sa.Column("depth", sa.Integer(), nullable=False, server_default="0"),
+    # why no pass can run it now (no worker knows its workflow); NULL once one does
+    sa.Column("blocked", JSON_TEXT, nullable=True),
     sa.UniqueConstraint("workflow", "idempotency_key", name="uq_pikku_run_idempotency"),
     # sweep: idle runs (status = 'running' AND updated_at <= cutoff), oldest first
     sa.Index("ix_pikku_run_status_updated", "status", "updated_at"),

@@ -20,6 +20,7 @@ connection costs one failed call (the pool replaces it), never a wedged store.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import time
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
@@ -38,6 +39,7 @@ from ..errors import (
     RunSettledError,
     SchemaMissingError,
     StoreError,
+    StoreUnavailableError,
     WorkflowStepFunctionMismatchError,
     WorkflowStepSupersededError,
 )
@@ -112,6 +114,7 @@ def _run_from(row: Any, prefix: str = "") -> RunState:
         created_at=m[p + "created_at"],
         updated_at=m[p + "updated_at"],
         depth=m[p + "depth"],
+        blocked=m[p + "blocked"],
     )
 
 
@@ -214,6 +217,7 @@ def _run_params(new: NewRun, input_text: str) -> dict[str, Any]:
         "next_sweep_at": None,
         "sweep_count": 0,
         "depth": new.depth,
+        "blocked": None,
     }
 
 
@@ -350,9 +354,12 @@ def hidden_url(url: sa.URL | str) -> str:
     return sa.make_url(url).render_as_string(hide_password=True)
 
 
-def check_schema(engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES) -> None:
-    """Raise :class:`SchemaMissingError` naming the command to run when any
-    of ``tables`` or their columns is missing. One inspector pass."""
+def check_schema(
+    engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES, command: str | None = None
+) -> None:
+    """Raise :class:`SchemaMissingError` naming the command to run (``command``,
+    else ``pikku-celery db upgrade ...``) when any of ``tables`` or their
+    columns is missing. One inspector pass."""
     inspector = sa.inspect(engine)
     present = set(inspector.get_table_names())
     problems: list[str] = []
@@ -370,7 +377,7 @@ def check_schema(engine: sa.Engine, tables: Sequence[sa.Table] = STORE_TABLES) -
         raise SchemaMissingError(
             f"pikku-celery's tables are missing or out of date in {url}: "
             f"{'; '.join(problems)}. Create or upgrade them with: "
-            + UPGRADE_COMMAND.format(url=f"'{url}'")
+            + (command or UPGRADE_COMMAND.format(url=f"'{url}'"))
         )
 
 
@@ -503,18 +510,44 @@ class _Direct:
         return [_Row(dict(zip(names, values, strict=True))) for values in rows]
 
 
+_Self = TypeVar("_Self", bound="SQLWorkflowStore")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _prepared(
+    method: Callable[Concatenate[_Self, _P], _R],
+) -> Callable[Concatenate[_Self, _P], _R]:
+    """The store's first use, by any method, checks the schema (``prepare``)."""
+
+    def call(self: _Self, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not self._ready:
+            self.prepare()
+        return method(self, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    return call
+
+
 class SQLWorkflowStore:
     """A :class:`~pikku_celery.store.base.WorkflowStore` on a SQLAlchemy engine.
 
     On PostgreSQL and MySQL/MariaDB the tables must exist (``pikku-celery db
     upgrade``); a missing table or column raises :class:`SchemaMissingError`
-    here, not half-way through a run. For SQLite (the embedded default) the
-    tables are created on first use unless ``create_tables=False``. Build
+    on first use (:meth:`prepare`), before anything is written; building the
+    store touches no database. For SQLite (the embedded default) the tables
+    are created on first use unless ``create_tables=False``. Build
     SQLite engines with :func:`pikku_celery.db.make_engine`: its ``BEGIN
     IMMEDIATE`` is what serialises writers there.
     """
 
-    def __init__(self, engine: sa.Engine, *, create_tables: bool | None = None) -> None:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        create_tables: bool | None = None,
+        upgrade_command: str | None = None,
+    ) -> None:
         self._engine = engine
         self._settle: SettleListener | None = None
         self._claim_views: OrderedDict[tuple[str, int], _ClaimView] = OrderedDict()
@@ -537,20 +570,40 @@ class SQLWorkflowStore:
         self._direct: _Direct | None = None
         if self._st.pg_claim_view is not None and engine.dialect.driver == "psycopg":
             self._direct = _Direct(engine)
-        if create_tables is None:
-            create_tables = self._dialect == "sqlite"
-        try:
-            if create_tables:
-                from .migrate import ensure_current
+        self._create_tables = self._dialect == "sqlite" if create_tables is None else create_tables
+        self._upgrade_command = upgrade_command
+        self._claim_batch: Batch | None = None
+        self._outcome_batches: dict[str, Batch] = {}
+        self._ready = False
+        self._ready_lock = threading.Lock()
 
-                ensure_current(engine)
-            check_schema(engine)
-            self._claim_batch, self._outcome_batches = self._batches()
-        except sa.exc.DBAPIError as exc:
-            first = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
-            raise StoreError(
-                f"cannot reach the workflow database {hidden_url(engine.url)}: {first}"
-            ) from None
+    def prepare(self) -> None:
+        """Check the schema (creating it first for SQLite) and learn what the
+        connection can do; done once, on the store's first use.
+
+        Building a store touches no database, so importing an app (a Django
+        ``makemigrations``, ``pikku-celery db upgrade`` itself) works before
+        the tables exist. A missing table or column raises
+        :class:`SchemaMissingError` naming the command to run, before the
+        call that needed it writes anything; the next call checks again.
+        """
+        with self._ready_lock:
+            if self._ready:
+                return
+            engine = self._engine
+            try:
+                if self._create_tables:
+                    from .migrate import ensure_current
+
+                    ensure_current(engine)
+                check_schema(engine, command=self._upgrade_command)
+                self._claim_batch, self._outcome_batches = self._batches()
+            except sa.exc.DBAPIError as exc:
+                first = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+                raise StoreUnavailableError(
+                    f"the workflow database {hidden_url(engine.url)} is unreachable: {first}"
+                ) from None
+            self._ready = True
 
     def _batches(self) -> tuple[Batch | None, dict[str, Batch]]:
         """MySQL over PyMySQL connections that take multi-statement batches: a
@@ -608,11 +661,13 @@ class SQLWorkflowStore:
         }
 
     # --- clock ---------------------------------------------------------------
+    @_prepared
     def now_ms(self) -> int:
         with self._one() as conn:
             return int(conn.execute(self._st.now).scalar_one())
 
     # --- runs ----------------------------------------------------------------
+    @_prepared
     def create_run(self, new: NewRun) -> tuple[RunState, bool]:
         text = dumps(new.input, f"workflow {new.workflow!r}", "input")
         st = self._st
@@ -656,11 +711,13 @@ class SQLWorkflowStore:
                     return _run_from(row), False
             raise StoreError(f"a workflow run with id {new.id!r} already exists") from None
 
+    @_prepared
     def get_run(self, run_id: str) -> RunState | None:
         """The run, or None if there is no run with that id."""
         rows = self._rows(self._st.run_get, {"p_id": run_id})
         return _run_from(rows[0]) if rows else None
 
+    @_prepared
     def list_runs(
         self,
         *,
@@ -696,6 +753,7 @@ class SQLWorkflowStore:
     def _reread(self, conn: sa.Connection, run_id: str) -> RunState:
         return _run_from(conn.execute(self._st.run_get, {"p_id": run_id}).one())
 
+    @_prepared
     def request_cancel(self, run_id: str) -> RunState:
         with self._engine.begin() as conn:
             run, now = self._locked_run(conn, run_id)
@@ -704,6 +762,7 @@ class SQLWorkflowStore:
             conn.execute(self._st.run_cancel, {"p_id": run_id, "p_now": now})
             return self._reread(conn, run_id)
 
+    @_prepared
     def send_signal(self, run_id: str, name: str, payload: JSON) -> RunState:
         text = dumps(payload, f"signal {name!r}", "payload")
         st = self._st
@@ -720,6 +779,7 @@ class SQLWorkflowStore:
             conn.execute(st.run_touch, {"p_id": run_id, "p_now": now})
             return self._reread(conn, run_id)
 
+    @_prepared
     def retry_run(self, run_id: str) -> RunState:
         with self._engine.begin() as conn:
             run, now = self._locked_run(conn, run_id)
@@ -732,21 +792,25 @@ class SQLWorkflowStore:
             return self._reread(conn, run_id)
 
     # --- steps ---------------------------------------------------------------
+    @_prepared
     def get_steps(self, run_id: str) -> list[StepState]:
         with self._one() as conn:
             return [_step_from(r) for r in conn.execute(self._st.steps_of_run, {"p_id": run_id})]
 
+    @_prepared
     def get_step(self, step_id: str) -> StepState | None:
         """The step, or None if there is no step with that id."""
         with self._one() as conn:
             row = conn.execute(self._st.step_get, {"p_id": step_id}).first()
         return None if row is None else _step_from(row)
 
+    @_prepared
     def get_attempts(self, run_id: str) -> list[AttemptState]:
         with self._one() as conn:
             rows = conn.execute(self._st.attempts_of_run, {"p_id": run_id})
             return [_attempt_from(r) for r in rows]
 
+    @_prepared
     def claim_step(
         self,
         step_id: str,
@@ -859,6 +923,7 @@ class SQLWorkflowStore:
         )
         return step
 
+    @_prepared
     def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
         params = {"p_id": step_id, "p_attempt": attempt, "p_lease_ms": lease_ms}
         stmt = self._st.park if lease_ms is None else self._st.renew
@@ -885,12 +950,14 @@ class SQLWorkflowStore:
         with self._one() as conn:
             return self._fenced_write(conn, self._st.fenced[kind], params)
 
+    @_prepared
     def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
         text = dumps(result, f"step {step_id}", "result")
         params = {"p_id": step_id, "p_attempt": attempt, "p_result": text}
         if not self._fenced_outcome("complete", params):
             raise WorkflowStepSupersededError(step_id, attempt)
 
+    @_prepared
     def complete_in_transaction(
         self, step_id: str, attempt: int, body: Callable[[sa.Connection], JSON]
     ) -> JSON:
@@ -912,6 +979,7 @@ class SQLWorkflowStore:
                 raise WorkflowStepSupersededError(step_id, attempt)
         return result
 
+    @_prepared
     def fail_step(
         self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None
     ) -> None:
@@ -925,6 +993,7 @@ class SQLWorkflowStore:
         if not self._fenced_outcome("fail" if retry_delay is None else "fail_retry", params):
             raise WorkflowStepSupersededError(step_id, attempt)
 
+    @_prepared
     def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
         st = self._st
         with self._engine.begin() as conn:
@@ -944,6 +1013,7 @@ class SQLWorkflowStore:
             conn.execute(st.expire_attempt, params)
             return True
 
+    @_prepared
     def mark_scheduled(self, step_ids: Sequence[str]) -> None:
         if not step_ids:
             return
@@ -951,6 +1021,7 @@ class SQLWorkflowStore:
             conn.execute(self._st.mark_scheduled, {"p_ids": list(step_ids)})
 
     # --- the orchestration pass ---------------------------------------------
+    @_prepared
     def advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
         """One pass, atomic and serialised per run.
 
@@ -1377,30 +1448,41 @@ class SQLWorkflowStore:
         return run.parent_run_id
 
     # --- sweep ---------------------------------------------------------------
+    @_prepared
     def lapsed_steps(self, limit: int, bound_ms: int | None = None) -> list[StepState]:
         params = {"p_limit": limit, "p_bound_ms": bound_ms}
         with self._one() as conn:
             return [_step_from(r) for r in conn.execute(self._st.lapsed, params)]
 
+    @_prepared
     def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
         params = {"p_older_ms": older_than_ms, "p_limit": limit}
         with self._one() as conn:
             return [_step_from(r) for r in conn.execute(self._st.undispatched, params)]
 
+    @_prepared
     def due_steps(self, limit: int) -> list[StepState]:
         with self._one() as conn:
             return [_step_from(r) for r in conn.execute(self._st.due, {"p_limit": limit})]
 
+    @_prepared
     def idle_runs(self, idle_ms: int, limit: int) -> list[RunState]:
         params = {"p_idle_ms": idle_ms, "p_limit": limit}
         with self._one() as conn:
             return [_run_from(r) for r in conn.execute(self._st.idle, params)]
 
+    @_prepared
+    def mark_blocked(self, run_id: str, reason: str) -> None:
+        with self._one() as conn:
+            conn.execute(self._st.mark_blocked, {"p_id": run_id, "p_reason": reason})
+
+    @_prepared
     def waiting_by_queue(self, older_than_ms: int) -> list[tuple[str | None, int, int]]:
         with self._one() as conn:
             rows = conn.execute(self._st.waiting_by_queue, {"p_older_ms": older_than_ms})
             return [(r.queue, int(r.steps), int(r.oldest_ms)) for r in rows]
 
+    @_prepared
     def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
         params = {
             "p_id": run_id,

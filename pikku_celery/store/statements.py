@@ -240,6 +240,9 @@ class Statements:
             .where(R.c.id == _p("id"), not_terminal, R.c.cancel_requested == sa.false())
             .values(cancel_requested=True, version=R.c.version + 1, updated_at=at)
         )
+        self.mark_blocked = (
+            sa.update(R).where(R.c.id == _p("id"), not_terminal).values(blocked=_p("reason"))
+        )
         self.run_touch = (
             sa.update(R).where(R.c.id == _p("id")).values(version=R.c.version + 1, updated_at=at)
         )
@@ -537,6 +540,7 @@ class Statements:
             "wake_at": _p("wake_at", sa.BigInteger()),
             "next_sweep_at": sa.null(),
             "sweep_count": 0,
+            "blocked": sa.null(),  # a pass ran: whatever blocked the run no longer does
         }
         self.run_pass = sa.update(R).where(R.c.id == _p("id")).values(**pass_values)
         self.run_end = (
@@ -719,6 +723,7 @@ class Statements:
             "wake_at": _p("wake_at", sa.BigInteger()),
             "next_sweep_at": sa.null(),
             "sweep_count": 0,
+            "blocked": sa.null(),  # a pass ran: whatever blocked the run no longer does
         }
         if ends:
             run_values.update(

@@ -23,8 +23,9 @@ from celery import signals
 from click.testing import CliRunner, Result
 
 from pikku_celery.cli import main
+from pikku_celery.errors import UnknownWorkflowError
 from pikku_celery.store import migrate
-from pikku_celery.store.model import StepKind, StepStatus
+from pikku_celery.store.model import NewRun, StepKind, StepStatus
 
 MODULE = "tests.cli.cliapp"
 A = ("-A", MODULE)
@@ -91,6 +92,39 @@ def start(app: Any, workflow: str, data: Any = None) -> str:
     return run_id
 
 
+def test_runs_show_shows_a_stored_value_that_is_not_json(cliapp: Any) -> None:
+    """An operator's edit left invalid JSON in a step's result: ``runs show``
+    shows the run and the stored text, never a traceback."""
+    run_id = start(cliapp, "order", {"a": 2, "b": 3})
+    drive(cliapp, run_id)
+    with cliapp.pikku.sql_engine.begin() as conn:
+        conn.exec_driver_sql(
+            "UPDATE pikku_workflow_step SET result = '{bad' WHERE run_id = ? AND name = 'add'",
+            (run_id,),
+        )
+    human = cli(*A, "runs", "show", run_id)
+    assert human.exit_code == 0, human.output
+    assert "{bad" in human.output and "add" in human.output
+    shown = ok_json(*A, "runs", "show", run_id)
+    add = next(step for step in shown["steps"] if step["name"] == "add")
+    assert "{bad" in add["result"] and "column result" in add["result"]
+
+
+def test_a_run_whose_workflow_this_worker_lacks_is_shown_blocked(cliapp: Any) -> None:
+    """A run of a workflow no loaded code knows (a deploy that removed it, a
+    worker of an older deploy) is not silently 'running': it says why."""
+    run, _ = cliapp.pikku.store.create_run(NewRun(workflow="shop.retired_flow", input=1))
+    with pytest.raises(UnknownWorkflowError):
+        cliapp.pikku.orchestrate(run.id, "sweep")
+    [listed] = [r for r in ok_json(*A, "runs", "list")["runs"] if r["id"] == run.id]
+    assert listed["status"] == "running"
+    assert "no workflow is registered as 'shop.retired_flow'" in listed["blocked"]
+    human = cli(*A, "runs", "list")
+    assert "(blocked)" in human.output and "shop.retired_flow" in human.output
+    shown = cli(*A, "runs", "show", run.id)
+    assert "blocked" in shown.output and "no workflow is registered" in shown.output
+
+
 # --- runs list ---------------------------------------------------------------
 
 
@@ -114,6 +148,7 @@ def test_runs_list_filters_and_pages(cliapp: Any) -> None:
         "cancel_requested",
         "parent_run_id",
         "error",
+        "blocked",
     }
     by_id = {r["id"]: r for r in listed["runs"]}
     assert by_id[fragile]["status"] == "failed"
@@ -480,6 +515,9 @@ def test_unknown_runs_are_a_clear_error(cliapp: Any, command: tuple[str, ...]) -
 
 def test_db_commands_take_the_database_url_from_the_app(cliapp: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "cli.db")
+    fresh = cli(*A, "db", "check")  # building the app's Pikku made no tables
+    assert fresh.exit_code == 1 and "missing" in fresh.output
+    cliapp.pikku.store.list_runs()  # the embedded SQLite store makes them on first use
     checked = cli(*A, "db", "check")
     assert checked.exit_code == 0, checked.output
     assert path in checked.output and f"up to date (revision {migrate.head()})" in checked.output

@@ -10,6 +10,7 @@ import pytest
 
 from pikku_celery.engine import Context
 from pikku_celery.errors import (
+    IdempotencyKeyReusedError,
     PayloadError,
     RunSettledError,
     SignalTimeoutError,
@@ -297,12 +298,28 @@ def test_idempotent_start_returns_the_first_run(h: Harness) -> None:
         return ctx.step("once", once)
 
     first = wf.start(1, idempotency_key="order-7")
-    second = wf.start(2, idempotency_key="order-7")
+    second = wf.start(1, idempotency_key="order-7")
     other = wf.start(1, idempotency_key="order-8")
     h.run()
     assert first.run_id == second.run_id != other.run_id
     assert first.wait(timeout=5) == 1
     assert h.calls["once"] == 2  # order-7 once, order-8 once
+
+
+def test_an_idempotency_key_reused_with_another_input_is_refused(h: Harness) -> None:
+    @h.workflow
+    def wf(ctx: Context, order: dict[str, int]) -> Any:
+        return order
+
+    first = wf.start({"id": 7, "cents": 1999}, idempotency_key="order-7")
+    runs_before = h.engine.store.list_runs()
+    with pytest.raises(IdempotencyKeyReusedError) as refused:
+        wf.start({"id": 7, "cents": 2999}, idempotency_key="order-7")
+    assert refused.value.run_id == first.run_id and refused.value.key == "order-7"
+    assert first.run_id in str(refused.value) and "different input" in str(refused.value)
+    assert h.engine.store.list_runs() == runs_before  # nothing written
+    # The same input gets the same run back; tuples and lists are the same JSON.
+    assert wf.start({"cents": 1999, "id": 7}, idempotency_key="order-7").run_id == first.run_id
 
 
 def test_reordered_steps_fail_the_run_as_nondeterministic(h: Harness) -> None:

@@ -43,6 +43,7 @@ from pikku_celery.errors import (
     RunSettledError,
     SchemaMissingError,
     StoreError,
+    StoreUnavailableError,
     UnknownWorkflowError,
     WorkflowFailedError,
     WorkflowStepFunctionMismatchError,
@@ -212,8 +213,14 @@ def unknown_task(w: World) -> Provoke:
     return lambda: pikku.start("bad.pack", {"id": 5}).result()
 
 
+def first_use(url: str) -> Any:
+    """A Pikku on ``url`` is built without touching it; its first use says what is wrong."""
+    pikku = Pikku(Celery("bad-input", set_as_current=False), database_url=url)
+    return pikku.store.list_runs()
+
+
 def database_url(url: str) -> Callable[[World], Provoke]:
-    return lambda w: lambda: Pikku(Celery("bad-input", set_as_current=False), database_url=url)
+    return lambda w: lambda: first_use(url)
 
 
 def missing_tables(w: World) -> Provoke:
@@ -225,7 +232,7 @@ def missing_tables(w: World) -> Provoke:
 
     assert tables() == []
     w.watched.append(tables)
-    return lambda: Pikku(Celery("bad-input", set_as_current=False), database_url=url)
+    return lambda: first_use(url)
 
 
 def pickle_message(w: World) -> Provoke:
@@ -393,7 +400,7 @@ ROWS = [
     pytest.param(
         Row(
             database_url(f"postgresql+psycopg://pikku:{SECRET}@127.0.0.1:1/shop"),
-            StoreError,
+            StoreUnavailableError,
             ("postgresql+psycopg://pikku:***@127.0.0.1:1/shop", "Connection refused"),
         ),
         id="wrong-database-url-closed-port",

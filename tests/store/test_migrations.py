@@ -114,8 +114,9 @@ def test_env_var_and_the_applications_own_alembic_table(
 def test_missing_tables_raise_schema_missing_error_naming_the_command(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
+        store = SQLWorkflowStore(engine)  # building it touches no database
         with pytest.raises(SchemaMissingError) as info:
-            SQLWorkflowStore(engine)
+            store.list_runs()  # its first use checks, before anything is written
         message = str(info.value)
         assert "pikku-celery db upgrade --database-url" in message
         assert "pikku_workflow_step" in message
@@ -126,7 +127,10 @@ def test_missing_tables_raise_schema_missing_error_naming_the_command(empty_url:
         with engine.begin() as conn:
             conn.execute(sa.text("ALTER TABLE pikku_workflow_step DROP COLUMN worker"))
         with pytest.raises(SchemaMissingError, match=r"pikku_workflow_step lacks column.*worker"):
-            SQLWorkflowStore(engine)
+            SQLWorkflowStore(engine).get_run("00000000-0000-4000-8000-000000000000")
+        told = SQLWorkflowStore(engine, upgrade_command="python manage.py pikku_celery db upgrade")
+        with pytest.raises(SchemaMissingError, match=r"with: python manage\.py pikku_celery db"):
+            told.prepare()
         code, out = cli("db", "check", "--database-url", empty_url)
         assert code == 1 and "worker" in out
     finally:
@@ -138,8 +142,9 @@ def test_sqlite_creates_its_tables_unless_told_not_to(tmp_path: pytest.TempPathF
     engine = make_engine(url)
     try:
         with pytest.raises(SchemaMissingError, match="pikku-celery db upgrade"):
-            SQLWorkflowStore(engine, create_tables=False)
-        SQLWorkflowStore(engine)  # the embedded default creates them
+            SQLWorkflowStore(engine, create_tables=False).prepare()
+        assert sa.inspect(engine).get_table_names() == []
+        SQLWorkflowStore(engine).list_runs()  # the embedded default creates them on first use
         assert set(metadata.tables) <= set(sa.inspect(engine).get_table_names())
     finally:
         engine.dispose()

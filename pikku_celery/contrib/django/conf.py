@@ -266,11 +266,15 @@ def pikku_from_settings(app: Celery | None = None) -> Pikku:
             raise ImproperlyConfigured(f"settings.{SETTING} has no 'CELERY_APP' to build on")
         app = import_object(str(conf["CELERY_APP"]))
     options = dict(conf["OPTIONS"])
+    options.setdefault("upgrade_command", DJANGO_UPGRADE_COMMAND)
     if "store" in options or "engine" in options:
         # A store or engine given in OPTIONS says where the runs live.
         return Pikku(app, conf["DATABASE_URL"], **options)
     return Pikku(app, configured_database_url(conf), **options)
 
+
+DJANGO_UPGRADE_COMMAND = "python manage.py pikku_celery db upgrade"
+"""What a Django project runs to make pikku's tables (after ``migrate``)."""
 
 _lock = threading.RLock()
 _pikku: WorkflowEngine | None = None

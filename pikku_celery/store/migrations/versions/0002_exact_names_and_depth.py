@@ -1,4 +1,4 @@
-"""Names compare exactly on MySQL/MariaDB (NO PAD binary collation); runs record their depth.
+"""Names compare exactly on MySQL/MariaDB; runs record their depth and what blocks them.
 
 Revision ID: 0002
 Revises: 0001
@@ -6,7 +6,8 @@ Create Date: 2026-12-01
 
 ``utf8mb4_bin`` pads with spaces on MariaDB (and MySQL before 8.0), so the
 idempotency keys ``'k'`` and ``'k '`` were one key and the steps ``'a'`` and
-``'a '`` one step. ``depth`` bounds child recursion (``max_child_depth``).
+``'a '`` one step. ``depth`` bounds child recursion (``max_child_depth``); ``blocked`` says why no
+pass can run a run now (no worker knows its workflow).
 """
 
 from __future__ import annotations
@@ -89,8 +90,15 @@ def upgrade() -> None:
         "pikku_workflow_run",
         sa.Column("depth", sa.Integer(), nullable=False, server_default="0"),
     )
+    op.add_column(
+        "pikku_workflow_run",
+        sa.Column(
+            "blocked", sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=True
+        ),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("pikku_workflow_run", "blocked")
     op.drop_column("pikku_workflow_run", "depth")
     _recollate(padded=True)
