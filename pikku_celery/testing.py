@@ -85,7 +85,9 @@ class InlineDispatcher:
             raise UnknownTaskError(f"{task!r} is not a registered task")
         return name
 
-    def task_queue(self, task_name: str) -> str | None:
+    def task_queue(self, task_name: str, route: dict[str, Any] | None = None) -> str | None:
+        if route and route.get("queue") is not None:
+            return str(route["queue"])
         return self.task_queues.get(task_name)
 
     def lease_ms(self, queue: str | None) -> int:

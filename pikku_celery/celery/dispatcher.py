@@ -10,6 +10,7 @@ from celery import Celery
 from ..errors import UnknownTaskError
 from ..store.model import StepState
 from .queues import QueueLeases
+from .routes import routed_queue
 
 RUN_STEP = "pikku.run_step"
 ORCHESTRATE = "pikku.orchestrate"
@@ -38,6 +39,8 @@ class CeleryDispatcher:
         self.orchestration_queue = orchestration_queue
         self._router: Any = None
         self._queues: dict[str, str | None] = {}
+        self._route_router: Any = None
+        self._routes: dict[tuple[str, Any], dict[str, Any]] = {}
 
     # --- tasks and queues ----------------------------------------------------
     def task_name(self, task: Any) -> str:
@@ -54,18 +57,23 @@ class CeleryDispatcher:
             raise UnknownTaskError(f"pikku's own task {name!r} cannot be a workflow step")
         return name
 
-    def task_queue(self, task_name: str) -> str | None:
+    def task_queue(self, task_name: str, route: dict[str, Any] | None = None) -> str | None:
         # Resolved once per task name and router: Celery reads task_routes
         # once into its router too, and every new step asks.
+        if route:
+            return routed_queue(self.app.conf.task_queues, self._route(task_name, route))
         router = self.app.amqp.router
         if router is not self._router:
             self._router, self._queues = router, {}
         if task_name not in self._queues:
-            route = router.route({}, task_name)
-            queue = route.get("queue")
-            name = getattr(queue, "name", queue)
-            self._queues[task_name] = str(name) if name else None
+            self._queues[task_name] = routed_queue(
+                self.app.conf.task_queues, router.route({}, task_name)
+            )
         return self._queues[task_name]
+
+    def _route(self, task_name: str, route: dict[str, Any] | None) -> dict[str, Any]:
+        """Celery's route of ``task_name`` with ``ctx.step``'s options over it."""
+        return dict(self.app.amqp.router.route(dict(route or {}), task_name))
 
     def lease_ms(self, queue: str | None) -> int:
         return max(1, round(self.leases.lease(queue).seconds * 1000))
@@ -78,9 +86,33 @@ class CeleryDispatcher:
 
     # --- sending -------------------------------------------------------------
     def send_step(self, step: StepState, countdown: float = 0.0) -> None:
-        name, options = self._step_options(step.task_name or "")
+        task_name = step.task_name or ""
+        name, options = self._step_options(task_name)
         args = (step.run_id, step.id, step.attempt, step.task_name, step.queue)
-        self._send(name, args, step.queue or self.leases.default_queue(), countdown, options)
+        # Celery's tools (worker log lines, inspect, events, Flower) name the
+        # user's task, not pikku's carrier.
+        options = {**options, "shadow": task_name}
+        route = self._send_route(task_name, step.route)
+        for key in ("exchange", "routing_key", "priority"):
+            if route.get(key) is not None:
+                options[key] = route[key]
+        queue = route.get("queue")
+        if queue is None and "exchange" not in options:
+            queue = step.queue or self.leases.default_queue()
+        self._send(name, args, queue, countdown, options)
+
+    def _send_route(self, task_name: str, route: dict[str, Any] | None) -> dict[str, Any]:
+        """The route a step's message takes, as Celery routes the task itself:
+        evaluated for each send (routers may look at nothing else), kept per
+        task name, options and router, since every step of a task asks."""
+        router = self.app.amqp.router
+        if router is not self._route_router:
+            self._route_router, self._routes = router, {}
+        key = (task_name, None if not route else tuple(sorted(route.items())))
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = self._route(task_name, route)
+        return found
 
     def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:
         queue = self.orchestration_queue or self.leases.default_queue()
@@ -106,7 +138,7 @@ class CeleryDispatcher:
         self,
         name: str,
         args: tuple[Any, ...],
-        queue: str,
+        queue: Any,
         countdown: float,
         options: dict[str, Any],
     ) -> None:

@@ -106,9 +106,10 @@ def leases(as_json: bool) -> None:
     for task_name in sorted(pikku.app.tasks):
         if task_name.startswith(("celery.", "pikku.")):
             continue
-        queue = pikku.app.amqp.router.route({}, task_name).get("queue")
-        name = getattr(queue, "name", queue)
-        routed.setdefault(str(name or pikku.queue_leases.default_queue()), []).append(task_name)
+        # the queue its steps land on: task_routes by queue, or by exchange
+        # and routing key matched against task_queues' bindings
+        queue = pikku.dispatcher.task_queue(task_name)
+        routed.setdefault(queue or pikku.queue_leases.default_queue(), []).append(task_name)
     extra = list(routed)
     if pikku.orchestration_queue:
         extra.append(pikku.orchestration_queue)

@@ -7,39 +7,78 @@
     def create_app() -> Flask:
         app = Flask(__name__)
         pikku_ext.init_app(app, pikku)  # app.extensions["pikku_celery"] is pikku_ext
-        app.register_blueprint(
+        app.register_blueprint(         # after init_app, or make_blueprint(pikku, ...)
             make_blueprint(permission=lambda action, target: current_user.is_staff),
             url_prefix="/api",
         )
         return app
 
+A blueprint made without a Pikku serves the app's :class:`PikkuFlask`, so
+registering it on an app that has none raises ``RuntimeError`` at once
+(initialise the extension first, or pass the Pikku to ``make_blueprint``).
+
 The blueprint's endpoints (all JSON in and out):
 
-- ``POST /workflows/<name>/runs`` with ``{"input": ..., "idempotency_key": ...}``: start (202)
+- ``POST /workflows/<name>/runs`` with ``{"input": ..., "idempotency_key": ...}``:
+  start (202). ``"input"`` is required (``{"input": null}`` for none);
+  ``"idempotency_key"`` is optional, and a key already used returns its run,
+  or 409 ``conflict`` (with that ``run_id``) when the input differs.
 - ``GET /runs/<run_id>``: status, output or error, steps with their attempts
-- ``POST /runs/<run_id>/signals/<name>`` with the payload as the body: signal (202)
-- ``POST /runs/<run_id>/cancel``: ask the run to cancel (202)
+- ``POST /runs/<run_id>/signals/<name>`` with the payload as the body (none: null):
+  signal (202)
+- ``POST /runs/<run_id>/cancel``: ask the run to cancel (202; a settled run is 409)
 
-Each first asks ``permission(action, target)`` (action ``"start"``,
+A 202 carries the run as JSON and its status URL as ``Location``.
+
+A request body over the size limit is refused with 413 before any of it is
+read, and before anything else: the limit is ``make_blueprint(max_body_bytes=...)``,
+by default the engine's ``max_input_bytes`` plus room for the envelope (and
+no more than the app's ``MAX_CONTENT_LENGTH`` when that is set). A body sent
+chunked, without a ``Content-Length``, is refused as soon as its read
+passes the limit.
+
+Each endpoint then asks ``permission(action, target)`` (action ``"start"``,
 ``"status"``, ``"signal"`` or ``"cancel"``; target the workflow name or the
 run id exactly as it appears in the path) and answers 403 when it says no.
-It runs before anything is parsed or looked up, so a refused caller learns
-nothing, not even whether the run exists; the hook can read ``flask.request``
-for more (the signal's name is ``request.view_args["name"]``). Bad input is a
-4xx with ``{"error": code, "message": ...}``, never a 500. The blueprint does
-no CSRF protection: use token authentication, or put CSRF checks in front.
+It runs before the body is parsed or anything is looked up, so a refused
+caller learns nothing, not even whether the run exists; the hook can read
+``flask.request`` for more (the signal's name is ``request.view_args["name"]``).
+
+Every error the blueprint answers is JSON ``{"error": code, "message": ...}``
+with its status, never Flask's HTML page: bad input is a 4xx (400
+``bad_request``, ``invalid_body``, ``invalid_json``, ``invalid_payload`` or
+``invalid_run_id``; 403 ``forbidden``; 404 ``unknown_workflow`` or
+``unknown_run``; 409 ``run_settled`` or ``conflict``; 413
+``payload_too_large``; 415 ``unsupported_media_type``), never a 500. A path
+under the blueprint that matches no endpoint is 404 ``not_found``, a method
+an endpoint does not take is 405 ``method_not_allowed`` (with ``Allow``);
+the app's other routes keep their own error pages. A bug is 500
+``internal_error`` (details in the server's log, not the answer); a
+blueprint whose app lost its :class:`PikkuFlask` is 500 ``not_configured``.
+The blueprint does no CSRF protection: use token authentication, or put
+CSRF checks in front.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request, url_for
+from flask.blueprints import BlueprintSetupState
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from ..engine.core import WorkflowEngine, parse_run_id
-from ..errors import PayloadError, RunNotFoundError, RunSettledError, UnknownWorkflowError
+from ..errors import (
+    IdempotencyKeyReusedError,
+    PayloadError,
+    RunNotFoundError,
+    RunSettledError,
+    UnknownWorkflowError,
+)
 from .summary import run_dict, run_summary
 
 EXTENSION_KEY = "pikku_celery"
@@ -48,6 +87,35 @@ Permission = Callable[[str, str], bool]
 """``permission(action, target) -> bool``: may this request do ``action`` on ``target``?"""
 
 START_KEYS = frozenset({"input", "idempotency_key"})
+
+ENVELOPE_BYTES = 64 * 1024
+"""What a body may hold beyond the engine's ``max_input_bytes``.
+
+The engine counts the input (or a signal's payload) as compact JSON. The
+body around it adds the ``"input"`` and ``"idempotency_key"`` keys and the
+key itself (at most 255 characters: under 2 KiB even fully escaped); the
+rest is room for a client's indentation and ``\\u`` escapes. A larger body
+could hardly carry a value the engine would take, so it is refused unread.
+"""
+
+HTTP_ERROR_CODES = {
+    400: "bad_request",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    500: "internal_error",
+}
+"""The ``"error"`` code of each HTTP status the blueprint answers itself."""
+
+_START_RULE = "/workflows/<name>/runs"
+_OWN_TREES = ("/workflows", "/runs")
+
+
+class NotConfiguredError(RuntimeError):
+    """The app has no :class:`PikkuFlask` for a blueprint made without a Pikku."""
 
 
 class PikkuFlask:
@@ -80,14 +148,21 @@ class PikkuFlask:
         return self._pikku
 
 
+_NOT_CONFIGURED = (
+    "no PikkuFlask on this app: call PikkuFlask(pikku).init_app(app) or "
+    "PikkuFlask(pikku, app) before registering the blueprint, "
+    "or pass the Pikku to make_blueprint(pikku, ...)"
+)
+
+
 def current_pikku() -> WorkflowEngine:
-    """The Pikku of the current Flask app (registered by :class:`PikkuFlask`)."""
+    """The Pikku of the current Flask app (registered by :class:`PikkuFlask`).
+
+    Raises :class:`NotConfiguredError` (a ``RuntimeError``) when there is none.
+    """
     ext = current_app.extensions.get(EXTENSION_KEY)
     if not isinstance(ext, PikkuFlask):
-        raise RuntimeError(
-            "no PikkuFlask on this app: call PikkuFlask(pikku).init_app(app) "
-            "or pass the Pikku to make_blueprint(pikku, ...)"
-        )
+        raise NotConfiguredError(_NOT_CONFIGURED)
     return ext.pikku
 
 
@@ -105,15 +180,24 @@ def _fail(status: int, code: str, message: str) -> NoReturn:
     raise ApiError(status, code, message)
 
 
-def _json_body(default: Any) -> Any:
-    """The request body as JSON; ``default`` when there is none.
+def _too_large(limit: int) -> str:
+    """The 413's message for a body (of unknown length) over ``limit`` bytes."""
+    return f"the request body is larger than the limit of {limit} bytes"
+
+
+def _json_body(limit: int) -> Any:
+    """The request body as JSON; ``None`` when there is none.
 
     A body must be declared JSON: a browser form (``text/plain``,
-    ``application/x-www-form-urlencoded``) is refused with 415.
+    ``application/x-www-form-urlencoded``) is refused with 415. The read
+    stops one byte past ``limit`` (``request.max_content_length``, set by
+    the blueprint); a body that long is refused with 413.
     """
     raw = request.get_data(cache=True)
+    if len(raw) > limit:
+        _fail(413, "payload_too_large", _too_large(limit))
     if not raw.strip():
-        return default
+        return None
     if not request.is_json:
         _fail(
             415,
@@ -134,6 +218,30 @@ def _run_id(raw: str) -> str:
         _fail(400, "invalid_run_id", str(exc))
 
 
+def _error(status: int, code: str, message: str, **extra: Any) -> tuple[Response, int]:
+    return jsonify(error=code, message=message, **extra), status
+
+
+def _http_error(exc: HTTPException) -> Response:
+    """A werkzeug HTTP error (routing, a bug's 500...) in the JSON shape."""
+    status = exc.code or 500
+    code = HTTP_ERROR_CODES.get(status) or re.sub(r"\W+", "_", (exc.name or "").lower())
+    message = exc.description or exc.name or "error"
+    if isinstance(exc, MethodNotAllowed):
+        allowed = ", ".join(exc.valid_methods or ())
+        message = f"{request.method} is not allowed on {request.path} (allowed: {allowed})"
+    elif isinstance(exc, NotFound):
+        message = f"no endpoint of the pikku-celery API at {request.path}"
+    elif status == 500:
+        message = "internal server error; the server's log has the details"
+    response, _ = _error(status, code or "error", message)
+    response.status_code = status
+    for header, value in exc.get_headers():
+        if header.lower() != "content-type":
+            response.headers[header] = value
+    return response
+
+
 def make_blueprint(
     pikku: WorkflowEngine | None = None,
     *,
@@ -141,15 +249,29 @@ def make_blueprint(
     name: str = "pikku_celery",
     url_prefix: str | None = None,
     tracebacks: bool = False,
+    max_body_bytes: int | None = None,
 ) -> Blueprint:
     """The JSON API over ``pikku`` (default: the app's :class:`PikkuFlask`).
 
     ``permission`` is required: an API that starts and cancels workflows
     must not be open by accident (pass ``lambda action, target: True`` to
     open it on purpose). ``tracebacks=True`` adds failed steps' tracebacks
-    to status answers.
+    to status answers. ``max_body_bytes`` is the largest request body taken
+    (413 past it); by default the engine's ``max_input_bytes`` plus
+    :data:`ENVELOPE_BYTES`, capped by the app's ``MAX_CONTENT_LENGTH``.
+
+    Without ``pikku``, registering the blueprint on an app that has no
+    :class:`PikkuFlask` raises ``RuntimeError``.
     """
+    if max_body_bytes is not None and max_body_bytes < 0:
+        raise ValueError(f"max_body_bytes must be 0 or more, not {max_body_bytes}")
     bp = Blueprint(name, __name__, url_prefix=url_prefix)
+
+    def check_configured(state: BlueprintSetupState) -> None:
+        if pikku is None and not isinstance(state.app.extensions.get(EXTENSION_KEY), PikkuFlask):
+            raise RuntimeError(f"cannot register blueprint {state.name!r}: {_NOT_CONFIGURED}")
+
+    bp.record(check_configured)  # first, so a refused blueprint adds no routes
 
     def engine() -> WorkflowEngine:
         return pikku if pikku is not None else current_pikku()
@@ -158,35 +280,88 @@ def make_blueprint(
         if not permission(action, target):
             _fail(403, "forbidden", f"not allowed to {action} {target!r}")
 
+    def body_limit() -> int:
+        if max_body_bytes is not None:
+            return max_body_bytes
+        limit = engine().max_input_bytes + ENVELOPE_BYTES
+        app_limit = current_app.config.get("MAX_CONTENT_LENGTH")
+        return limit if app_limit is None else min(limit, app_limit)
+
+    @bp.before_request
+    def limit_the_body() -> None:
+        """Refuse a body over the limit by its Content-Length; bound any read to it."""
+        limit = body_limit()
+        if request.content_length is not None and request.content_length > limit:
+            _fail(
+                413,
+                "payload_too_large",
+                f"the request body is {request.content_length} bytes, above the limit of {limit}",
+            )
+        # Bound every read of the body in this request (ours, the permission
+        # hook's), a chunked one without Content-Length too. One byte past
+        # the limit: werkzeug's read stops quietly at its bound, so a longer
+        # body would come cut short (and "12345" cut is still JSON); one that
+        # reaches limit + 1 is known to be too long. Flask 3.0 cannot set it
+        # per request: there only the Content-Length check above and the
+        # app's MAX_CONTENT_LENGTH bound the read, and _json_body refuses.
+        with contextlib.suppress(AttributeError):
+            request.max_content_length = limit + 1
+
+    def http_error(exc: HTTPException) -> Response | tuple[Response, int]:
+        if exc.code == 413:  # werkzeug's, for a read past the bound set above
+            return _error(413, "payload_too_large", _too_large(body_limit()))
+        return _http_error(exc)
+
+    for status in HTTP_ERROR_CODES:
+        # By status, not only by class: the app's own handler of a status
+        # would otherwise answer before the blueprint's class handler.
+        bp.register_error_handler(status, http_error)
+    bp.register_error_handler(HTTPException, http_error)
+
     @bp.errorhandler(ApiError)
     def api_error(exc: ApiError) -> tuple[Response, int]:
-        return jsonify(error=exc.code, message=exc.message), exc.status
+        return _error(exc.status, exc.code, exc.message)
+
+    @bp.errorhandler(NotConfiguredError)
+    def not_configured(exc: NotConfiguredError) -> tuple[Response, int]:
+        return _error(500, "not_configured", str(exc))
 
     @bp.errorhandler(UnknownWorkflowError)
     def unknown_workflow(exc: UnknownWorkflowError) -> tuple[Response, int]:
-        return jsonify(error="unknown_workflow", message=str(exc)), 404
+        return _error(404, "unknown_workflow", str(exc))
 
     @bp.errorhandler(RunNotFoundError)
     def unknown_run(exc: RunNotFoundError) -> tuple[Response, int]:
-        return jsonify(error="unknown_run", message=str(exc)), 404
+        return _error(404, "unknown_run", str(exc))
 
     @bp.errorhandler(RunSettledError)
     def settled(exc: RunSettledError) -> tuple[Response, int]:
-        return jsonify(error="run_settled", message=str(exc)), 409
+        return _error(409, "run_settled", str(exc))
+
+    @bp.errorhandler(IdempotencyKeyReusedError)
+    def key_reused(exc: IdempotencyKeyReusedError) -> tuple[Response, int]:
+        return _error(409, "conflict", str(exc), run_id=exc.run_id)
 
     @bp.errorhandler(PayloadError)
     def bad_payload(exc: PayloadError) -> tuple[Response, int]:
-        return jsonify(error="invalid_payload", message=str(exc)), 400
+        return _error(400, "invalid_payload", str(exc))
 
     def accepted(run_id: str, body: dict[str, Any]) -> tuple[Response, int, dict[str, str]]:
-        location = url_for(f"{bp.name}.run_status", run_id=run_id)
+        location = url_for(f"{request.blueprint}.run_status", run_id=run_id)
         return jsonify(body), 202, {"Location": location}
 
     @bp.post("/workflows/<name>/runs")
     def start_run(name: str) -> tuple[Response, int, dict[str, str]]:
         """Start a run of workflow ``name``; an idempotency key already used returns its run."""
         allow("start", name)
-        body = _json_body(default={})
+        body = _json_body(body_limit())
+        if body is None:
+            _fail(
+                400,
+                "bad_request",
+                "the request has no body; send a JSON object with the key 'input': "
+                '{"input": ..., "idempotency_key": ...} ({"input": null} for no input)',
+            )
         if not isinstance(body, dict):
             _fail(
                 400,
@@ -201,9 +376,14 @@ def make_blueprint(
                 f"unknown key(s) {', '.join(map(repr, unknown))}; "
                 "expected 'input' and optionally 'idempotency_key'",
             )
-        handle = engine().start(
-            name, body.get("input"), idempotency_key=body.get("idempotency_key")
-        )
+        if "input" not in body:
+            _fail(
+                400,
+                "bad_request",
+                "the body lacks the key 'input': send "
+                '{"input": ..., "idempotency_key": ...} ({"input": null} for no input)',
+            )
+        handle = engine().start(name, body["input"], idempotency_key=body.get("idempotency_key"))
         return accepted(handle.run_id, run_summary(handle, tracebacks=tracebacks))
 
     @bp.get("/runs/<run_id>")
@@ -218,7 +398,7 @@ def make_blueprint(
         """Deliver signal ``name`` with the body as its payload (no body: null)."""
         allow("signal", run_id)
         rid = _run_id(run_id)
-        payload = _json_body(default=None)
+        payload = _json_body(body_limit())
         run = engine().send_signal(rid, name, payload)
         return accepted(run.id, run_dict(run, tracebacks=tracebacks))
 
@@ -228,5 +408,60 @@ def make_blueprint(
         allow("cancel", run_id)
         run = engine().cancel(_run_id(run_id))
         return accepted(run.id, run_dict(run, tracebacks=tracebacks))
+
+    views = frozenset({start_run, run_status, send_signal, cancel_run})
+
+    def ours(endpoint: str | None) -> bool:
+        return endpoint is not None and current_app.view_functions.get(endpoint) in views
+
+    def under_blueprint(path: str) -> bool:
+        """Is ``path`` in one of this blueprint's URL trees (of any registration)?
+
+        Its ``/workflows/...`` and ``/runs/...``, and the whole of a
+        ``url_prefix`` that no other route of the app shares.
+        """
+        rules = list(current_app.url_map.iter_rules())
+        prefixes = {
+            rule.rule[: -len(_START_RULE)]
+            for rule in rules
+            if ours(rule.endpoint) and rule.rule.endswith(_START_RULE)
+        }
+        for prefix in prefixes:
+            trees = [prefix + tree for tree in _OWN_TREES]
+            if prefix and not any(
+                r.rule == prefix or r.rule.startswith(prefix + "/")
+                for r in rules
+                if not ours(r.endpoint)
+            ):
+                trees.append(prefix)
+            if any(path == tree or path.startswith(tree + "/") for tree in trees):
+                return True
+        return False
+
+    def routes_here(exc: MethodNotAllowed) -> bool:
+        """Does one of this blueprint's endpoints take the path with another method?"""
+        adapter = current_app.create_url_adapter(request)
+        if adapter is None:  # pragma: no cover - there is one for every request
+            return False
+        for method in exc.valid_methods or ():
+            try:
+                rule, _args = adapter.match(method=method, return_rule=True)
+            except HTTPException:
+                continue
+            if ours(rule.endpoint):
+                return True
+        return False
+
+    @bp.before_app_request
+    def routing_errors_as_json() -> Response | None:
+        """Flask routes before any blueprint is chosen, so its 404 and 405 for
+        this blueprint's URLs are caught here, app-wide but only for those
+        URLs: the app's other routes keep their own error pages."""
+        exc = request.routing_exception
+        if isinstance(exc, MethodNotAllowed) and routes_here(exc):
+            return _http_error(exc)
+        if isinstance(exc, NotFound) and under_blueprint(request.path):
+            return _http_error(exc)
+        return None
 
     return bp

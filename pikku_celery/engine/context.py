@@ -73,7 +73,7 @@ class Context:
         self,
         view: RunView,
         resolve_task: Callable[[Any], str],
-        task_queue: Callable[[str], str | None],
+        task_queue: Callable[..., str | None],
         lookup_workflow: Callable[[str | Workflow], Workflow],
         limits: Limits | None = None,
     ) -> None:
@@ -141,11 +141,17 @@ class Context:
         retry_delay: float | timedelta = 1.0,
         backoff: float = 2.0,
         queue: str | None = None,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        priority: int | None = None,
         **kwargs: Any,
     ) -> JSON:
         """Run ``task`` as a step and return its result (recorded after the first run).
 
-        Raises :class:`StepFailedError` once its ``retries + 1`` attempts failed.
+        ``queue``, ``exchange``, ``routing_key`` and ``priority`` route the
+        step's message over the task's own route (as ``apply_async`` does);
+        they never reach the task. Raises :class:`StepFailedError` once its
+        ``retries + 1`` attempts failed.
         """
         handle = self.step_async(
             name,
@@ -155,6 +161,9 @@ class Context:
             retry_delay=retry_delay,
             backoff=backoff,
             queue=queue,
+            exchange=exchange,
+            routing_key=routing_key,
+            priority=priority,
             **kwargs,
         )
         return self.gather(handle)[0]
@@ -168,9 +177,14 @@ class Context:
         retry_delay: float | timedelta = 1.0,
         backoff: float = 2.0,
         queue: str | None = None,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        priority: int | None = None,
         **kwargs: Any,
     ) -> StepHandle:
-        """Put a step in flight without waiting; join it with :meth:`gather`."""
+        """Put a step in flight without waiting; join it with :meth:`gather`.
+
+        Takes the routing options of :meth:`step`."""
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"step {name!r}: retries must be an int >= 0, got {retries!r}")
         if backoff < 1:
@@ -181,6 +195,8 @@ class Context:
             task_name = self._resolve_task(task)
             check_json(list(args), f"step {name!r}", "args")
             check_json(kwargs, f"step {name!r}", "kwargs")
+            route = _route_options(name, queue, exchange, routing_key, priority)
+            routed = self._task_queue(task_name, route) if route else self._task_queue(task_name)
             self._record(
                 NewStep(
                     name,
@@ -188,7 +204,8 @@ class Context:
                     StepKind.TASK,
                     StepStatus.SCHEDULED,
                     task_name=task_name,
-                    queue=queue or self._task_queue(task_name),
+                    queue=routed,
+                    route=route or None,
                     args=list(args),
                     kwargs=dict(kwargs),
                     max_attempts=retries + 1,
@@ -398,6 +415,21 @@ class Context:
             error=error,
             wake_at=None,
         )
+
+
+def _route_options(
+    step: str, queue: Any, exchange: Any, routing_key: Any, priority: Any
+) -> dict[str, JSON]:
+    """``ctx.step``'s routing options, checked: names are names, a priority 0-255."""
+    route: dict[str, JSON] = {}
+    for key, value in (("queue", queue), ("exchange", exchange), ("routing_key", routing_key)):
+        if value is not None:
+            route[key] = check_name(value, f"step {step!r}: {key}")
+    if priority is not None:
+        if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 255:
+            raise ValueError(f"step {step!r}: priority must be an int 0-255, got {priority!r}")
+        route["priority"] = priority
+    return route
 
 
 def _step_failed(step: StepState) -> StepFailedError:

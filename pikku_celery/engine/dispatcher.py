@@ -18,8 +18,10 @@ class Dispatcher(Protocol):
         """
         ...
 
-    def task_queue(self, task_name: str) -> str | None:
-        """The queue a step of this task is sent through by default."""
+    def task_queue(self, task_name: str, route: dict[str, Any] | None = None) -> str | None:
+        """The queue a step of this task lands on: by default, or with the
+        routing options ``route`` of ``ctx.step`` (queue, exchange,
+        routing_key, priority). None when only the broker knows."""
         ...
 
     def lease_ms(self, queue: str | None) -> int:

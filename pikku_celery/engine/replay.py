@@ -45,7 +45,7 @@ def replay(
     workflow: Workflow,
     view: RunView,
     resolve_task: Callable[[Any], str],
-    task_queue: Callable[[str], str | None],
+    task_queue: Callable[..., str | None],
     lookup_workflow: Callable[[Any], Workflow],
     limits: Limits | None = None,
 ) -> Decision:

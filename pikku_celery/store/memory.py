@@ -511,6 +511,7 @@ class InMemoryWorkflowStore:
             scheduled_at=now if new.status == StepStatus.SCHEDULED else None,
             created_at=now,
             updated_at=now,
+            route=None if new.route is None else normalise(new.route, new.name, "route"),
         )
         if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
             step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))

@@ -144,6 +144,7 @@ class StepState:
     error: ErrorInfo | None = None
     worker: str | None = None
     scheduled_at: int | None = None  # when its last message was sent
+    route: dict[str, JSON] | None = None  # ctx.step's routing options (exchange, routing_key...)
     created_at: int = 0
     updated_at: int = 0
 
@@ -204,6 +205,7 @@ class NewStep:
     wake_at: int | None = None
     child: NewRun | None = None  # created with the step; the step is parked on it
     result: JSON = None  # for VALUE steps, recorded as succeeded at once
+    route: dict[str, JSON] | None = None  # ctx.step's routing options, for every message
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,8 @@ step_table = sa.Table(
     sa.Column("scheduled_at", MS, nullable=True),
     sa.Column("created_at", MS, nullable=False),
     sa.Column("updated_at", MS, nullable=False),
+    # ctx.step's routing options (JSON: exchange, routing_key, priority, queue)
+    sa.Column("route", JSON_TEXT, nullable=True),
     # one step per name per run; also serves the replay read (WHERE run_id =
     # ..., a handful of rows sorted by seq) and the idle-run sweep's probe
     sa.UniqueConstraint("run_id", "name", name="uq_pikku_step_run_name"),

@@ -150,6 +150,7 @@ def _step_from(row: Any) -> StepState:
         scheduled_at=row.scheduled_at,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        route=value("route"),
     )
 
 
@@ -197,6 +198,7 @@ def _step_params(step: StepState, args: str, kwargs: str, result: str | None) ->
         "scheduled_at": step.scheduled_at,
         "created_at": step.created_at,
         "updated_at": step.updated_at,
+        "route": None if step.route is None else json.dumps(step.route, separators=(",", ":")),
     }
 
 
@@ -309,6 +311,7 @@ def _new_step_state(run: RunState, enc: EncodedStep, now: int) -> StepState:
         scheduled_at=now if new.status == StepStatus.SCHEDULED else None,
         created_at=now,
         updated_at=now,
+        route=new.route,
     )
     if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
         step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))

@@ -260,8 +260,8 @@ def test_idempotency_keys_differing_by_a_trailing_space_start_two_runs(
     assert w.run_state(bare.run_id).idempotency_key == "padkey"
     assert w.run_state(padded.run_id).idempotency_key == "padkey "
     # Each key still finds its own run again.
-    assert w.engine.start(echo, {"n": 9}, idempotency_key="padkey").run_id == bare.run_id
-    assert w.engine.start(echo, {"n": 9}, idempotency_key="padkey ").run_id == padded.run_id
+    assert w.engine.start(echo, {"n": 1}, idempotency_key="padkey").run_id == bare.run_id
+    assert w.engine.start(echo, {"n": 2}, idempotency_key="padkey ").run_id == padded.run_id
     w.run()
     assert bare.wait(10) == {"n": 1}
     assert padded.wait(10) == {"n": 2}

@@ -32,6 +32,7 @@ def mysql_store(
     wipe(store_mysql_engine)
     if request.param.startswith("batched"):
         store = SQLWorkflowStore(store_mysql_engine)
+        store.prepare()  # learns that the connection takes batches
         if request.param == "batched-session-variable":
             st, d = statements("mysql"), store_mysql_engine.dialect
             store._claim_batch = Batch(d, st.mysql_claim_batch(False))
@@ -52,8 +53,11 @@ def test_engines_from_make_engine_batch_and_plain_ones_do_not(
 ) -> None:
     plain = sa.create_engine(store_mysql_engine.url)
     try:
-        assert SQLWorkflowStore(store_mysql_engine)._claim_batch is not None
-        assert SQLWorkflowStore(plain)._claim_batch is None
+        batched, unbatched = SQLWorkflowStore(store_mysql_engine), SQLWorkflowStore(plain)
+        batched.prepare()
+        unbatched.prepare()
+        assert batched._claim_batch is not None
+        assert unbatched._claim_batch is None
     finally:
         plain.dispose()
 

@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from pikku_celery.engine import Context, WorkflowEngine
-from pikku_celery.errors import PayloadError
+from pikku_celery.errors import IdempotencyKeyReusedError, PayloadError
 from pikku_celery.store.model import JSON, RunState, RunStatus, StepState
 from pikku_celery.store.schema import run_table, signal_table, step_table
 from pikku_celery.store.sql import SQLWorkflowStore
@@ -264,9 +264,14 @@ def sql(request: pytest.FixtureRequest) -> Backend:
     kind = str(request.param)
     if kind == "sqlite":
         db: sa.Engine = request.getfixturevalue("sqlite_engine")
-        return Backend(kind, SQLWorkflowStore(db), db)
+        store = SQLWorkflowStore(db)
+        store.prepare()  # the embedded default makes its tables on first use
+        return Backend(kind, store, db)
     db = request.getfixturevalue("store_pg_engine" if kind == "postgres" else "store_mysql_engine")
     cache: dict[str, SQLWorkflowStore] = request.getfixturevalue("_server_stores")
+    # Earlier suites kill this engine's backends on purpose (a dropped
+    # connection costs its one call); start these examples on fresh ones.
+    db.dispose()
     if kind not in cache:
         cache[kind] = SQLWorkflowStore(db)
     return Backend(kind, cache[kind], db)
@@ -390,8 +395,10 @@ def test_an_idempotency_key_is_refused_or_read_back_exactly(sql: Backend, key: s
     run = w.get_run(handle.run_id)
     assert run.idempotency_key == key
     assert_same_json(run.input, {"key": spell(key)}, "the run's input")
-    again = w.engine.start("prop.plain", {"key": "again"}, idempotency_key=key)
+    again = w.engine.start("prop.plain", {"key": spell(key)}, idempotency_key=key)
     assert again.run_id == handle.run_id, "the same key started a second run"
+    with pytest.raises(IdempotencyKeyReusedError):  # the same key, another input
+        w.engine.start("prop.plain", {"key": "again"}, idempotency_key=key)
     assert w.count(run_table) == 1
 
 

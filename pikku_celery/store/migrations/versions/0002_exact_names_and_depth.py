@@ -7,7 +7,8 @@ Create Date: 2026-12-01
 ``utf8mb4_bin`` pads with spaces on MariaDB (and MySQL before 8.0), so the
 idempotency keys ``'k'`` and ``'k '`` were one key and the steps ``'a'`` and
 ``'a '`` one step. ``depth`` bounds child recursion (``max_child_depth``); ``blocked`` says why no
-pass can run a run now (no worker knows its workflow).
+pass can run a run now (no worker knows its workflow); a step's ``route`` keeps
+the routing options of ``ctx.step`` (exchange, routing key, priority).
 """
 
 from __future__ import annotations
@@ -96,9 +97,16 @@ def upgrade() -> None:
             "blocked", sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=True
         ),
     )
+    op.add_column(
+        "pikku_workflow_step",
+        sa.Column(
+            "route", sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=True
+        ),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("pikku_workflow_step", "route")
     op.drop_column("pikku_workflow_run", "blocked")
     op.drop_column("pikku_workflow_run", "depth")
     _recollate(padded=True)
