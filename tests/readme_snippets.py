@@ -14,6 +14,11 @@ with an in-process Celery worker, the PostgreSQL URL an SQLite file, and the
 tutorial's 30 s cooling-off sleep 0.1 s. Names a snippet uses without
 defining (``ledger``, ``Order``, ``transaction``, a Flask ``app``,
 ``current_user``) are provided the way a project would have them.
+
+The testing section's block is a test module: pytest runs it beside the
+tutorial saved as ``shop.py``, with the broker and database URLs on closed
+ports (the test environment touches neither) and the 30 s sleep as written
+(the environment skips it).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +46,7 @@ BLOCKS = {
     "django_settings": "PIKKU_CELERY = {",
     "django_commit": "start_on_commit(",
     "flask": "PikkuFlask(",
+    "testing": "workflow_test_env(",
 }
 
 Namespace = dict[str, Any]
@@ -286,11 +294,50 @@ def scenario_flask(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     }
 
 
+PLUGIN = "pikku_celery.testing.pytest_plugin"
+
+
+def scenario_testing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The testing section's test module, run by pytest on the tutorial's module.
+
+    The tutorial is saved as ``shop.py`` with its broker and database on
+    closed ports, so a message sent or a connection opened fails the tests;
+    its 30 s sleep is left as written. ``pikku_app`` is set as the section's
+    toml block sets it.
+    """
+    app_source = substitute(
+        blocks["tutorial"],
+        {
+            '"redis://127.0.0.1:6379/0"': '"redis://127.0.0.1:1/0"',
+            '"postgresql+psycopg://127.0.0.1/shop"': '"postgresql+psycopg://127.0.0.1:1/shop"',
+        },
+    )
+    (scratch / "shop.py").write_text(app_source)
+    (scratch / "test_shop.py").write_text(blocks["testing"])
+    (scratch / "pytest.ini").write_text("[pytest]\npikku_app = shop:pikku\n")
+    # The plugin loads through its entry point; -p keeps a stale install working too.
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PLUGIN]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, "test_shop.py"],
+        cwd=scratch,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    return {
+        "returncode": done.returncode,
+        "output": (done.stdout + done.stderr)[-4000:],
+        "seconds": round(time.monotonic() - started, 2),
+    }
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "transactional": scenario_transactional,
     "django": scenario_django,
     "flask": scenario_flask,
+    "testing": scenario_testing,
 }
 
 

@@ -93,3 +93,12 @@ def test_the_flask_snippet(tmp_path: Path) -> None:
     # The permission hook reads current_user.is_staff: a non-staff user is refused.
     assert refused["status_code"] == 403
     assert refused["json"]["error"] == "forbidden"
+
+
+def test_the_testing_section_runs_under_pytest(tmp_path: Path) -> None:
+    report = run_scenario("testing", tmp_path)
+    # Both tests pass on a broker and a database that do not exist, and the
+    # 30 s cooling-off sleep takes no time.
+    assert report["returncode"] == 0, report["output"]
+    assert "2 passed" in report["output"]
+    assert report["seconds"] < 30

@@ -1,9 +1,10 @@
-"""Helpers for testing workflows without a broker.
+"""The inline dispatcher: a broker-less, single-threaded stand-in for Celery.
 
-``InlineDispatcher`` is a deterministic, single-threaded stand-in for Celery:
-messages go into a local queue (countdowns honoured in order) and
-``run_until_idle`` delivers them to the engine one by one. Tests can drop
-messages to play a lossy broker.
+``InlineDispatcher`` is deterministic: messages go into a local queue
+(countdowns honoured in order, on the real clock) and ``run_until_idle``
+delivers them to the engine one by one. Tests can drop messages to play a
+lossy broker. ``make_engine`` builds an engine on in-memory adapters with one.
+For your own Pikku, with time skipping, see :mod:`pikku_celery.testing.env`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine.core import WorkflowEngine
-from .engine.execute import call_with
-from .errors import UnknownTaskError
-from .lease.memory import InMemoryLeaseService
-from .store.base import WorkflowStore
-from .store.memory import InMemoryWorkflowStore
-from .store.model import StepState
+from ..engine.core import WorkflowEngine
+from ..engine.execute import call_with
+from ..errors import UnknownTaskError
+from ..lease.memory import InMemoryLeaseService
+from ..store.base import WorkflowStore
+from ..store.memory import InMemoryWorkflowStore
+from ..store.model import StepState
 
 
 @dataclass(order=True)
@@ -48,7 +49,9 @@ class InlineDispatcher:
         lease_ms: int = 30_000,
         queue_leases: dict[str, int] | None = None,
         max_countdown: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock  # seconds: when a message is due, on this clock
         self.engine: WorkflowEngine | None = None
         self.tasks: dict[str, Callable[..., Any]] = {}
         self.task_queues: dict[str, str | None] = {}
@@ -86,9 +89,8 @@ class InlineDispatcher:
         return name
 
     def task_queue(self, task_name: str, route: dict[str, Any] | None = None) -> str | None:
-        if route and route.get("queue") is not None:
-            return str(route["queue"])
-        return self.task_queues.get(task_name)
+        queue = (route or {}).get("queue")
+        return str(queue) if queue else self.task_queues.get(task_name)
 
     def lease_ms(self, queue: str | None) -> int:
         return self.queue_leases.get(queue or "", self.default_lease_ms)
@@ -100,6 +102,10 @@ class InlineDispatcher:
         return self.default_max_countdown
 
     # --- sending -------------------------------------------------------------
+    def due_at(self, countdown: float) -> float:
+        """When a message sent now with ``countdown`` seconds is due, on :attr:`clock`."""
+        return self.clock() + countdown
+
     def _push(self, msg: Message) -> None:
         self.sent.append(msg)
         if self.drop is not None and self.drop(msg):
@@ -110,7 +116,7 @@ class InlineDispatcher:
         assert step.task_name is not None
         self._push(
             Message(
-                time.monotonic() + countdown,
+                self.due_at(countdown),
                 next(self._seq),
                 "step",
                 step.run_id,
@@ -122,9 +128,7 @@ class InlineDispatcher:
         )
 
     def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:
-        self._push(
-            Message(time.monotonic() + countdown, next(self._seq), "run", run_id, reason=reason)
-        )
+        self._push(Message(self.due_at(countdown), next(self._seq), "run", run_id, reason=reason))
 
     # --- delivering ----------------------------------------------------------
     def deliver(self, msg: Message) -> None:
@@ -154,7 +158,7 @@ class InlineDispatcher:
         while self.messages and delivered < max_messages:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(self.messages)} message(s) still queued")
-            wait = self.messages[0].due - time.monotonic()
+            wait = self.messages[0].due - self.clock()
             if wait > horizon:
                 break
             if wait > 0:

@@ -1,0 +1,1 @@
+"""The shop's own tests, written as a user of pikku-celery writes them."""
