@@ -362,7 +362,8 @@ class Context:
         if name in reached:
             raise WorkflowNondeterminismError(
                 f"step name {name!r} is used twice in run {self.run_id} "
-                f"(as step #{reached.index(name) + 1} and step #{len(reached) + 1}); "
+                f"(as step #{reached.index(name)} and step #{len(reached)}, numbered from 0 as "
+                "in runs show); "
                 "step names must be unique within a run"
             )
         index = len(reached)
@@ -372,9 +373,9 @@ class Context:
             if recorded.name != name or recorded.kind != kind:
                 raise WorkflowNondeterminismError(
                     f"replay of run {self.run_id} reached {kind.value} step {name!r} as step "
-                    f"#{index + 1}, but step #{index + 1} was recorded as {recorded.kind.value} "
-                    f"step {recorded.name!r}; the workflow body must reach steps in the same "
-                    "order on every replay"
+                    f"#{index} (numbered from 0 as in runs show), but step #{index} was "
+                    f"recorded as {recorded.kind.value} step {recorded.name!r}; the workflow "
+                    "body must reach steps in the same order on every replay"
                 )
             return self._settled_now.get(name, recorded)
         return None

@@ -367,7 +367,8 @@ ROWS = [
             WorkflowFailedError,
             (
                 "WorkflowNondeterminismError: step name 'charge' is used twice in run",
-                "(as step #1 and step #2); step names must be unique within a run",
+                "(as step #0 and step #1, numbered from 0 as in runs show); step names must be "
+                "unique within a run",
             ),
             recorded="WorkflowNondeterminismError",
         ),
