@@ -9,11 +9,12 @@ backend) and pikku (a three-step workflow of the same task). Each is started
 from T threads, each thread starting its share and then waiting for it
 (``AsyncResult.get`` / ``RunHandle.wait``).
 
-It checks what a load test is for: every run finished with the right output,
-no step needed a second attempt, and the worker's resident memory does not
-grow with the number of runs (read from /proc before and after each phase).
-It also prints the wall time, runs/s, steps/s and how long starting took.
-The worker's log stays in /tmp; its path is printed.
+It checks what a load test is for, and exits 1 when either fails: every run
+finished with the right output, and no step needed a second attempt. It
+reports the worker's resident memory (read from /proc before and after each
+phase, for a person to judge whether it grows with the runs), the worker
+log's error and warning lines, the wall time, runs/s, steps/s and how long
+starting took. The worker's log stays in /tmp; its path is printed.
 
 Server URLs: ``PIKKU_TEST_PG_URL`` / ``PIKKU_TEST_MYSQL_URL`` (admin URLs: the
 script creates and drops its own databases), ``PIKKU_LOAD_REDIS`` (broker and

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,15 +100,16 @@ class UnreadableValue:
         return f"<unreadable JSON in {self.where}: {excerpt!r} ({self.error})>"
 
 
-def read_stored(text: str | None, where: Callable[[], str]) -> Any:
+def read_stored(text: str | None, where: str, *names: object) -> Any:
     """Decode a stored payload; invalid JSON becomes an :class:`UnreadableValue`
-    (``where()`` names its run, step and column) instead of an exception."""
+    instead of an exception, placed by ``where.format(*names)`` (its run, step
+    and column: formatted only then, as this runs for every value read)."""
     if text is None:
         return None
     try:
         return json.loads(text)
     except ValueError as exc:
-        return UnreadableValue(text, f"{type(exc).__name__}: {exc}", where())
+        return UnreadableValue(text, f"{type(exc).__name__}: {exc}", where.format(*names))
 
 
 def normalise(value: Any, where: str, path: str = "value") -> Any:

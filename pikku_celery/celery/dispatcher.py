@@ -38,8 +38,6 @@ class CeleryDispatcher:
         self.leases = leases
         self.orchestration_queue = orchestration_queue
         self._router: Any = None
-        self._queues: dict[str, str | None] = {}
-        self._route_router: Any = None
         self._routes: dict[tuple[str, Any], dict[str, Any]] = {}
 
     # --- tasks and queues ----------------------------------------------------
@@ -58,22 +56,7 @@ class CeleryDispatcher:
         return name
 
     def task_queue(self, task_name: str, route: dict[str, Any] | None = None) -> str | None:
-        # Resolved once per task name and router: Celery reads task_routes
-        # once into its router too, and every new step asks.
-        if route:
-            return routed_queue(self.app.conf.task_queues, self._route(task_name, route))
-        router = self.app.amqp.router
-        if router is not self._router:
-            self._router, self._queues = router, {}
-        if task_name not in self._queues:
-            self._queues[task_name] = routed_queue(
-                self.app.conf.task_queues, router.route({}, task_name)
-            )
-        return self._queues[task_name]
-
-    def _route(self, task_name: str, route: dict[str, Any] | None) -> dict[str, Any]:
-        """Celery's route of ``task_name`` with ``ctx.step``'s options over it."""
-        return dict(self.app.amqp.router.route(dict(route or {}), task_name))
+        return routed_queue(self.app.conf.task_queues, self._route(task_name, route))
 
     def lease_ms(self, queue: str | None) -> int:
         return max(1, round(self.leases.lease(queue).seconds * 1000))
@@ -92,7 +75,7 @@ class CeleryDispatcher:
         # Celery's tools (worker log lines, inspect, events, Flower) name the
         # user's task, not pikku's carrier.
         options = {**options, "shadow": task_name}
-        route = self._send_route(task_name, step.route)
+        route = self._route(task_name, step.route)
         for key in ("exchange", "routing_key", "priority"):
             if route.get(key) is not None:
                 options[key] = route[key]
@@ -101,17 +84,18 @@ class CeleryDispatcher:
             queue = step.queue or self.leases.default_queue()
         self._send(name, args, queue, countdown, options)
 
-    def _send_route(self, task_name: str, route: dict[str, Any] | None) -> dict[str, Any]:
-        """The route a step's message takes, as Celery routes the task itself:
-        evaluated for each send (routers may look at nothing else), kept per
-        task name, options and router, since every step of a task asks."""
+    def _route(self, task_name: str, route: dict[str, Any] | None) -> dict[str, Any]:
+        """Celery's route of ``task_name`` with ``ctx.step``'s options over it,
+        as Celery routes the task itself. Kept per task name, options and
+        router: Celery reads task_routes once into its router too, and every
+        step of a task asks, when it is recorded and each time it is sent."""
         router = self.app.amqp.router
-        if router is not self._route_router:
-            self._route_router, self._routes = router, {}
+        if router is not self._router:
+            self._router, self._routes = router, {}
         key = (task_name, None if not route else tuple(sorted(route.items())))
         found = self._routes.get(key)
         if found is None:
-            found = self._routes[key] = self._route(task_name, route)
+            found = self._routes[key] = dict(router.route(dict(route or {}), task_name))
         return found
 
     def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:

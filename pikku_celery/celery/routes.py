@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-ROUTE_KEYS = ("queue", "exchange", "routing_key", "priority")
-"""The routing options of ``ctx.step``: they route the message, never reach the task."""
-
 
 def topic_matches(pattern: str, key: str) -> bool:
     """AMQP topic binding rules: words split on ``.``, ``*`` is one word, ``#`` any number."""

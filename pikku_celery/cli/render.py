@@ -198,7 +198,7 @@ def run_summary(run: RunState, now: int) -> dict[str, Any]:
         "cancel_requested": run.cancel_requested,
         "parent_run_id": run.parent_run_id,
         "error": error_text(run.error),
-        "blocked": None if run.status.terminal else run.blocked,
+        "blocked": _blocked(run),
     }
 
 
@@ -310,7 +310,7 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
     table.add_column("error")
     for run in runs:
         status = run.status.value + (" (cancelling)" if _cancelling(run) else "")
-        if run.blocked and not run.status.terminal:
+        if _blocked(run):
             status += " (blocked)"
         table.add_row(
             styled(run.id),
@@ -318,7 +318,7 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
             status_cell(status),
             styled(clock(run.created_at)),
             styled(human_seconds(run_duration_ms(run, now) / 1000)),
-            styled(error_text(run.error) or _blocked(run), "red"),
+            styled(error_text(run.error) or _prefixed("blocked: ", _blocked(run)), "red"),
         )
     return titled(title, table)
 
@@ -329,7 +329,11 @@ def _cancelling(run: RunState) -> bool:
 
 def _blocked(run: RunState) -> str | None:
     """Why no pass can run a live run (no worker knows its workflow)."""
-    return None if run.status.terminal or not run.blocked else f"blocked: {run.blocked}"
+    return None if run.status.terminal else run.blocked
+
+
+def _prefixed(prefix: str, text: str | None) -> str | None:
+    return None if text is None else prefix + text
 
 
 def run_panel(run: RunState, now: int) -> Text:
@@ -351,7 +355,7 @@ def run_panel(run: RunState, now: int) -> Text:
         rows.append(("next wake-up", styled(clock(run.wake_at) + " UTC")))
     blocked = _blocked(run)
     if blocked is not None:
-        rows.append(("blocked", styled(blocked.removeprefix("blocked: "), "red")))
+        rows.append(("blocked", styled(blocked, "red")))
     rows.append(("input", styled(compact(run.input))))
     if run.status.value == "completed":
         rows.append(("output", styled(compact(run.output))))

@@ -55,7 +55,8 @@ class StepHandle:
 @dataclass
 class _PassState:
     decision: Decision = field(default_factory=Decision)
-    reached: list[str] = field(default_factory=list)
+    reached: dict[str, int] = field(default_factory=dict)  # step name -> its index
+    now_reached: int = 0  # names reached starting "now#": the next ctx.now()'s number
     in_flight_wakes: list[int] = field(default_factory=list)
 
 
@@ -124,7 +125,7 @@ class Context:
 
     def now(self) -> datetime:
         """The store's time, recorded on first reach so replays see the same."""
-        name = f"now#{sum(1 for n in self._pass.reached if n.startswith('now#'))}"
+        name = f"now#{self._pass.now_reached}"
         step = self._reach(name, StepKind.VALUE)
         if step is not None:
             return datetime.fromtimestamp(int(step.result) / 1000, tz=UTC)
@@ -357,19 +358,24 @@ class Context:
     def _reach(self, name: str, kind: StepKind) -> StepState | None:
         """Check order and uniqueness; return the recorded step, if any."""
         self._spend()
-        check_name(name, "step name")
         reached = self._pass.reached
-        if name in reached:
-            raise WorkflowNondeterminismError(
-                f"step name {name!r} is used twice in run {self.run_id} "
-                f"(as step #{reached.index(name)} and step #{len(reached)}, numbered from 0 as "
-                "in runs show); "
-                "step names must be unique within a run"
-            )
         index = len(reached)
-        reached.append(name)
-        if index < len(self._recorded):
-            recorded = self._recorded[index]
+        recorded = self._recorded[index] if index < len(self._recorded) else None
+        if recorded is None or recorded.name != name:
+            # A replayed step's name was checked when it was recorded, and is
+            # unique in its run; only a new (or diverging) name is checked.
+            check_name(name, "step name")
+            if name in reached:
+                raise WorkflowNondeterminismError(
+                    f"step name {name!r} is used twice in run {self.run_id} "
+                    f"(as step #{reached[name]} and step #{index}, numbered from 0 as "
+                    "in runs show); "
+                    "step names must be unique within a run"
+                )
+        reached[name] = index
+        if name.startswith("now#"):
+            self._pass.now_reached += 1
+        if recorded is not None:
             if recorded.name != name or recorded.kind != kind:
                 raise WorkflowNondeterminismError(
                     f"replay of run {self.run_id} reached {kind.value} step {name!r} as step "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -26,14 +27,12 @@ class _Entry:
 
 
 class InMemoryLeaseService:
-    """Leases judged on this process's clock; thread-safe."""
+    """Leases judged on this process's clock (or ``clock``, epoch ms); thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] = _now_ms) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
-
-    def _clock_ms(self) -> int:
-        return _now_ms()
+        self._clock_ms = clock
 
     def acquire(self, key: str, holder: str, ttl: TTL) -> Lease | None:
         ms = ttl_millis(ttl)

@@ -285,15 +285,8 @@ class InMemoryWorkflowStore:
 
     def _complete(self, step: StepState, value: JSON) -> None:
         now = self._clock()
-        self._steps[step.id] = replace(
-            step,
-            status=StepStatus.SUCCEEDED,
-            result=value,
-            error=None,
-            lease_expires_at=None,
-            wake_at=None,
-            updated_at=now,
-        )
+        done = StepOutcome(step.id, step.attempt, ok=True, result=value)
+        self._steps[step.id] = step_after_outcome(step, done, now)
         self._set_attempt(
             step.id, step.attempt, status=AttemptStatus.SUCCEEDED, result=value, finished_at=now
         )
@@ -307,17 +300,8 @@ class InMemoryWorkflowStore:
 
     def _fail(self, step: StepState, err: ErrorInfo, retry_delay: float | None) -> None:
         now = self._clock()
-        retry = retry_delay is not None and step.attempt < step.max_attempts
-        self._steps[step.id] = replace(
-            step,
-            status=StepStatus.FAILED,
-            error=err,
-            result=None,
-            lease_expires_at=None,
-            wake_at=now + round((retry_delay or 0) * 1000) if retry else None,
-            scheduled_at=None,  # the next attempt's message is not sent yet
-            updated_at=now,
-        )
+        failed = StepOutcome(step.id, step.attempt, ok=False, error=err, retry_delay=retry_delay)
+        self._steps[step.id] = step_after_outcome(step, failed, now)
         self._set_attempt(
             step.id, step.attempt, status=AttemptStatus.FAILED, error=err, finished_at=now
         )

@@ -69,6 +69,7 @@ from .rules import (
     encode_decision,
     lease_expired_error,
     run_cancelled_error,
+    step_after_outcome,
 )
 from .schema import STORE_TABLES, step_table
 from .settle import SETTLED_CHANNEL, SettleListener
@@ -86,23 +87,24 @@ NOTIFY_SETTLED = sa.text("SELECT pg_notify(:channel, :run_id)")
 UPGRADE_COMMAND = "pikku-celery db upgrade --database-url {url}"
 
 # --- rows -> values ----------------------------------------------------------
+# Where a stored value that is not JSON sits (payload.read_stored formats it
+# only for such a value).
+_RUN_COLUMN = "run {} column {}"
+_STEP_COLUMN = "run {} step {!r} column {}"
+_ATTEMPT_COLUMN = "attempt {} of step {} column {}"
 
 
 def _run_from(row: Any, prefix: str = "") -> RunState:
     m = row._mapping
     p = prefix
     run_id = m[p + "id"]
-
-    def value(column: str) -> Any:
-        return read_stored(m[p + column], lambda: f"run {run_id} column {column}")
-
     return RunState(
         id=run_id,
         workflow=m[p + "workflow"],
         status=RunStatus(m[p + "status"]),
-        input=value("input"),
-        output=value("output"),
-        error=value("error"),
+        input=read_stored(m[p + "input"], _RUN_COLUMN, run_id, "input"),
+        output=read_stored(m[p + "output"], _RUN_COLUMN, run_id, "output"),
+        error=read_stored(m[p + "error"], _RUN_COLUMN, run_id, "error"),
         idempotency_key=m[p + "idempotency_key"],
         parent_run_id=m[p + "parent_run_id"],
         parent_step_id=m[p + "parent_step_id"],
@@ -119,13 +121,9 @@ def _run_from(row: Any, prefix: str = "") -> RunState:
 
 
 def _step_from(row: Any) -> StepState:
-    def value(column: str) -> Any:
-        return read_stored(
-            getattr(row, column), lambda: f"run {row.run_id} step {row.name!r} column {column}"
-        )
-
-    args = value("args")
-    kwargs = value("kwargs")
+    run_id, name = row.run_id, row.name
+    args = read_stored(row.args, _STEP_COLUMN, run_id, name, "args")
+    kwargs = read_stored(row.kwargs, _STEP_COLUMN, run_id, name, "kwargs")
     return StepState(
         id=row.id,
         run_id=row.run_id,
@@ -144,30 +142,25 @@ def _step_from(row: Any) -> StepState:
         lease_expires_at=row.lease_expires_at,
         wake_at=row.wake_at,
         child_run_id=row.child_run_id,
-        result=value("result"),
-        error=value("error"),
+        result=read_stored(row.result, _STEP_COLUMN, run_id, name, "result"),
+        error=read_stored(row.error, _STEP_COLUMN, run_id, name, "error"),
         worker=row.worker,
         scheduled_at=row.scheduled_at,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        route=value("route"),
+        route=read_stored(row.route, _STEP_COLUMN, run_id, name, "route"),
     )
 
 
 def _attempt_from(row: Any) -> AttemptState:
-    def value(column: str) -> Any:
-        return read_stored(
-            getattr(row, column),
-            lambda: f"attempt {row.attempt} of step {row.step_id} column {column}",
-        )
-
+    place = (row.attempt, row.step_id)
     return AttemptState(
         step_id=row.step_id,
         attempt=row.attempt,
         status=AttemptStatus(row.status),
         worker=row.worker,
-        result=value("result"),
-        error=value("error"),
+        result=read_stored(row.result, _ATTEMPT_COLUMN, *place, "result"),
+        error=read_stored(row.error, _ATTEMPT_COLUMN, *place, "error"),
         started_at=row.started_at,
         finished_at=row.finished_at,
     )
@@ -265,28 +258,13 @@ def _prepare_outcome(steps: list[StepState], outcome: StepOutcome, now: int) -> 
         kind = "fail" if retry is None else "fail_retry"
     if step is None or index is None:
         return _PreparedOutcome(kind, params, steps)
-    if outcome.ok:
-        done = replace(
-            step,
-            status=StepStatus.SUCCEEDED,
-            result=json.loads(text),
-            error=None,
-            lease_expires_at=None,
-            wake_at=None,
-            updated_at=now,
-        )
-    else:
-        retry_ok = params["p_delay_ms"] is not None and step.attempt < step.max_attempts
-        done = replace(
-            step,
-            status=StepStatus.FAILED,
-            error=json.loads(text),
-            result=None,
-            lease_expires_at=None,
-            wake_at=now + params["p_delay_ms"] if retry_ok else None,
-            scheduled_at=None,
-            updated_at=now,
-        )
+    # The step as the write leaves it, with the payload as it will read back.
+    stored = (
+        replace(outcome, result=json.loads(text))
+        if outcome.ok
+        else replace(outcome, error=json.loads(text))
+    )
+    done = step_after_outcome(step, stored, now)
     return _PreparedOutcome(kind, params, [*steps[:index], done, *steps[index + 1 :]])
 
 
@@ -1034,7 +1012,8 @@ class SQLWorkflowStore:
         A deadlock (a child run ending while its parent cancels it, each
         holding its own run row) rolls back and retries the whole pass. So
         ``decide`` may be called more than once and must be a pure function
-        of the view (the replay is).
+        of the view (the replay is). A value the database refuses (a
+        ``DataError`` or ``IntegrityError``) is raised as :class:`StoreError`.
         """
         for attempt in range(DEADLOCK_RETRIES):
             try:
@@ -1049,9 +1028,16 @@ class SQLWorkflowStore:
                     return done  # a run it ended was announced by its statement
                 done = self._advance(run_id, outcome, decide, first)
             except sa.exc.DBAPIError as exc:
-                if attempt + 1 == DEADLOCK_RETRIES or not _is_deadlock(exc):
-                    raise
-                continue
+                if attempt + 1 < DEADLOCK_RETRIES and _is_deadlock(exc):
+                    continue
+                if isinstance(exc, (sa.exc.DataError, sa.exc.IntegrityError)):
+                    # A value the database will not take: the same on every
+                    # replay, so a store error (the engine then fails the run).
+                    first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else ""
+                    raise StoreError(
+                        f"the database refused what the pass of run {run_id} decided: {first_line}"
+                    ) from exc
+                raise
             if (
                 self._dialect == "postgresql"
                 and done.decision is not None
@@ -1249,13 +1235,7 @@ class SQLWorkflowStore:
                         raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
                 if decision is None:
                     return AdvanceResult(run=run, steps=[], decision=None)
-                try:
-                    return self._apply_decision(conn, run, view, decision)
-                except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
-                    first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else ""
-                    raise StoreError(
-                        f"the database refused what the pass of run {run_id} decided: {first_line}"
-                    ) from exc
+                return self._apply_decision(conn, run, view, decision)
         raise StoreError(
             f"workflow run {run_id}: {PASS_RACES} passes in a row were overtaken by others; "
             "the pass is left to the next wake-up"

@@ -76,6 +76,20 @@ def _lapsed(t: sa.Table, now: ColumnElement[int], bound: ColumnElement[int]) -> 
     )
 
 
+def _run_pass_values(at: ColumnElement[int]) -> dict[str, Any]:
+    """What every pass writes on its run row (on the pass's clock ``at``): a
+    new version, the next wake-up, and the sweep's backoff and any block
+    cleared (a pass ran)."""
+    return {
+        "version": R.c.version + 1,
+        "updated_at": at,
+        "wake_at": _p("wake_at", sa.BigInteger()),
+        "next_sweep_at": sa.null(),
+        "sweep_count": 0,
+        "blocked": sa.null(),
+    }
+
+
 def _lit(value: str) -> ColumnElement[str]:
     """An inline SQL string constant (used inside INSERT ... SELECT)."""
     return sa.literal_column(f"'{value}'", sa.String())
@@ -534,14 +548,7 @@ class Statements:
             .where(R.c.id == _p("id"), not_terminal, R.c.cancel_requested == sa.false())
             .values(cancel_requested=True, version=R.c.version + 1, updated_at=at)
         )
-        pass_values: dict[str, Any] = {
-            "version": R.c.version + 1,
-            "updated_at": at,
-            "wake_at": _p("wake_at", sa.BigInteger()),
-            "next_sweep_at": sa.null(),
-            "sweep_count": 0,
-            "blocked": sa.null(),  # a pass ran: whatever blocked the run no longer does
-        }
+        pass_values = _run_pass_values(at)
         self.run_pass = sa.update(R).where(R.c.id == _p("id")).values(**pass_values)
         self.run_end = (
             sa.update(R)
@@ -717,14 +724,7 @@ class Statements:
                 .values(**attempt_values, finished_at=at)
                 .cte("outcome_attempt")
             )
-        run_values: dict[str, Any] = {
-            "version": R.c.version + 1,
-            "updated_at": at,
-            "wake_at": _p("wake_at", sa.BigInteger()),
-            "next_sweep_at": sa.null(),
-            "sweep_count": 0,
-            "blocked": sa.null(),  # a pass ran: whatever blocked the run no longer does
-        }
+        run_values = _run_pass_values(at)
         if ends:
             run_values.update(
                 wake_at=sa.null(),

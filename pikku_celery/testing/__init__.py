@@ -18,7 +18,6 @@ from .env import (
     WorkflowTestDispatcher,
     WorkflowTestEnv,
     WorkflowTestStore,
-    load_engine,
     workflow_test_env,
 )
 from .inline import InlineDispatcher, Message, make_engine
@@ -32,7 +31,6 @@ __all__ = [
     "WorkflowTestDispatcher",
     "WorkflowTestEnv",
     "WorkflowTestStore",
-    "load_engine",
     "make_engine",
     "workflow_test_env",
 ]

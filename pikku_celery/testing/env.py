@@ -29,7 +29,6 @@ message is sent and no database touched.
 from __future__ import annotations
 
 import heapq
-import importlib
 import math
 import threading
 import time
@@ -126,17 +125,6 @@ class VirtualClock:
         """Move the clock to ``epoch_ms`` if that is later than now."""
         with self._lock:
             self._ms = max(self._ms, int(epoch_ms))
-
-
-class VirtualClockLeaseService(InMemoryLeaseService):
-    """The in-memory lease service, judging expiry on a :class:`VirtualClock`."""
-
-    def __init__(self, clock: VirtualClock) -> None:
-        super().__init__()
-        self.clock = clock
-
-    def _clock_ms(self) -> int:
-        return self.clock.now_ms()
 
 
 class WorkflowTestStore(InMemoryWorkflowStore):
@@ -341,7 +329,7 @@ class WorkflowTestEnv:
         self.max_messages = max_messages
         self.clock = VirtualClock(start)
         self.store = WorkflowTestStore(self)
-        self.leases = VirtualClockLeaseService(self.clock)
+        self.leases = InMemoryLeaseService(clock=self.clock.now_ms)
         self.app: Celery | None = engine.app if isinstance(engine, Pikku) else None
         original = engine.dispatcher
         self.dispatcher = WorkflowTestDispatcher(
@@ -741,37 +729,3 @@ def workflow_test_env(
     due now; the real store, leases and dispatcher are back afterwards.
     """
     return WorkflowTestEnv(engine, start=start, max_messages=max_messages, lease=lease)
-
-
-def load_engine(spec: str) -> WorkflowEngine:
-    """The Pikku (or engine) ``spec`` names: ``MODULE:ATTR``, or a ``MODULE`` holding one.
-
-    What the pytest plugin's ``pikku_app`` option is read with. Importing the
-    module must register your workflows (as ``celery -A`` needs it to).
-    """
-    module_name, colon, attr = spec.strip().partition(":")
-    if not module_name or (colon and not attr):
-        raise ValueError(f"{spec!r} is not MODULE or MODULE:ATTR")
-    module = importlib.import_module(module_name)
-    if attr:
-        obj: Any = module
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        if isinstance(obj, Celery):
-            found = [v for v in vars(module).values() if isinstance(v, Pikku) and v.app is obj]
-            if len(found) == 1:
-                return found[0]
-        if not isinstance(obj, WorkflowEngine):
-            raise TypeError(f"{spec} is a {type(obj).__name__}, not a Pikku or WorkflowEngine")
-        return obj
-    engines: list[WorkflowEngine] = []
-    for value in vars(module).values():
-        if isinstance(value, WorkflowEngine) and all(value is not e for e in engines):
-            engines.append(value)
-    if len(engines) != 1:
-        found_text = "none" if not engines else f"{len(engines)}"
-        raise LookupError(
-            f"module {module_name!r} holds {found_text} Pikku/WorkflowEngine objects; "
-            f"name one as {module_name}:ATTR"
-        )
-    return engines[0]

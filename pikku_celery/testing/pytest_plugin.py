@@ -49,7 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pikku(request: pytest.FixtureRequest) -> WorkflowEngine:
     """Your Pikku, as the ``pikku_app`` ini option names it; define your own
     ``pikku`` fixture in ``conftest.py`` to choose it in code instead."""
-    from .env import load_engine
+    import click
+
+    from ..cli.app_loader import load_pikku
 
     spec = str(request.config.getini(INI_NAME) or "").strip()
     if not spec:
@@ -63,9 +65,10 @@ def pikku(request: pytest.FixtureRequest) -> WorkflowEngine:
     if root not in sys.path:
         sys.path.insert(0, root)  # the project's root, as celery -A makes it importable
     try:
-        return load_engine(spec)
-    except (ImportError, AttributeError, LookupError, TypeError, ValueError) as exc:
-        pytest.fail(f"{INI_NAME} = {spec!r}: {type(exc).__name__}: {exc}", pytrace=False)
+        return load_pikku(spec)  # found as ``pikku-celery -A`` finds it
+    except click.ClickException as exc:
+        reason = exc.message.removeprefix("-A/--app: ")
+        pytest.fail(f"{INI_NAME} = {spec!r}: {reason}", pytrace=False)
 
 
 @pytest.fixture
