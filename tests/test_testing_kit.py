@@ -340,7 +340,7 @@ def test_restored_after_an_error_too(kit: Kit) -> None:
 def test_the_class_is_the_same_context_manager(kit: Kit) -> None:
     with WorkflowTestEnv(kit.pikku, max_messages=100) as env:
         assert kit.pikku.store is env.store
-        assert kit.workflows["sleepy"].start(5).wait()
+        assert kit.workflows["sleepy"].start(5).wait() == env.now.isoformat()  # after the 5 s
     assert kit.pikku.store is not env.store
 
 

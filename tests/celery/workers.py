@@ -15,7 +15,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class CeleryProcess:
-    """One celery process group (a worker with its pool, or beat) and its log."""
+    """One celery process group (a worker with its pool, or beat) and its log,
+    of the app module ``app_module`` (``celery -A``)."""
+
+    app_module = "tests.celery.realapp"
 
     def __init__(self, argv: list[str], env: Mapping[str, str], log: Path) -> None:
         self.argv = argv
@@ -26,7 +29,7 @@ class CeleryProcess:
     def start(self) -> CeleryProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.celery.realapp", *self.argv],
+            [sys.executable, "-m", "celery", "-A", self.app_module, *self.argv],
             env=self.env,
             cwd=ROOT,
             stdout=log,
@@ -65,6 +68,31 @@ class CeleryProcess:
             self.kill()
 
 
+def worker_argv(queues: list[str], name: str, concurrency: int = 1) -> list[str]:
+    """``celery worker`` arguments: prefork, ``queues``, node ``name``, INFO log."""
+    return [
+        "worker",
+        "--pool",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-Q",
+        ",".join(queues),
+        "-n",
+        f"{name}@%h",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
+def beat_argv(workdir: Path) -> list[str]:
+    """``celery beat`` arguments, its schedule file in ``workdir``."""
+    return ["beat", "--loglevel", "INFO", "-s", str(workdir / "beat-schedule")]
+
+
 def worker(
     env: Mapping[str, str],
     queues: list[str],
@@ -72,31 +100,8 @@ def worker(
     name: str,
     concurrency: int = 1,
 ) -> CeleryProcess:
-    return CeleryProcess(
-        [
-            "worker",
-            "--pool",
-            "prefork",
-            "-c",
-            str(concurrency),
-            "-Q",
-            ",".join(queues),
-            "-n",
-            f"{name}@%h",
-            "--loglevel",
-            "INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        env,
-        log,
-    ).start()
+    return CeleryProcess(worker_argv(queues, name, concurrency), env, log).start()
 
 
 def beat(env: Mapping[str, str], workdir: Path) -> CeleryProcess:
-    return CeleryProcess(
-        ["beat", "--loglevel", "INFO", "-s", str(workdir / "beat-schedule")],
-        env,
-        workdir / "beat.log",
-    ).start()
+    return CeleryProcess(beat_argv(workdir), env, workdir / "beat.log").start()

@@ -160,6 +160,14 @@ def attempts_of(w: World, run_id: str, step_id: str) -> list[tuple[int, AttemptS
     )
 
 
+def assert_failed(run: RunState, kind: str) -> str:
+    """The run ended failed with an error of type ``kind``: its message."""
+    assert run.status == RunStatus.FAILED, run
+    found, message = error_of(run)
+    assert found == kind, run.error
+    return message
+
+
 def error_of(run: RunState) -> tuple[str, str]:
     assert isinstance(run.error, dict), f"run {run.id} has no readable error: {run.error!r}"
     return str(run.error.get("type")), str(run.error.get("message"))
@@ -189,8 +197,6 @@ def test_a_step_message_naming_another_run_claims_and_changes_nothing(
     assert w.ran == [], "a step body ran for a mismatched message"
     after = {r: w.snapshot(r) for r in (p1, p2)}
     assert after == before, "a mismatched step message changed rows of P1 or P2"
-    versions = {r: snap[0].version if snap[0] else None for r, snap in before.items()}
-    assert {r: w.run_state(r).version for r in (p1, p2)} == versions
 
     w.run()  # the legitimate messages
     assert w.engine.handle(p1).wait(10) == 2
@@ -220,15 +226,14 @@ def test_a_too_long_second_step_name_fails_the_run_once_keeping_the_first_step(
     w.run()
 
     run = w.run_state(run_id)
-    assert run.status == RunStatus.FAILED
-    kind, message = error_of(run)
-    assert kind == "PayloadError", run.error
+    message = assert_failed(run, "PayloadError")
     assert re.search(r"step name .*300 characters long, above the limit of 255", message), message
     steps = w.store.get_steps(run_id)
     assert [s.name for s in steps] == ["first"], "a step row with the long name exists"
     first = steps[0]
     assert first.status == StepStatus.SUCCEEDED and first.result == 2
-    attempts = [a for a in w.store.get_attempts(run_id) if a.step_id == first.id]
+    every_attempt = w.store.get_attempts(run_id)
+    attempts = [a for a in every_attempt if a.step_id == first.id]
     assert [(a.attempt, a.status, a.result) for a in attempts] == [(1, AttemptStatus.SUCCEEDED, 2)]
     assert w.ran == [1], "the first step ran again"
 
@@ -236,8 +241,7 @@ def test_a_too_long_second_step_name_fails_the_run_once_keeping_the_first_step(
     w.engine.orchestrate(run_id)
     w.engine.sweep()
     w.run()
-    assert w.snapshot(run_id) == (run, steps, w.store.get_attempts(run_id))
-    assert w.run_state(run_id).version == run.version
+    assert w.snapshot(run_id) == (run, steps, every_attempt)
 
 
 # --- 3. names that differ only in trailing spaces -------------------------------------------
@@ -390,9 +394,7 @@ def test_an_unstorable_step_name_fails_its_run_once_and_the_sweep_leaves_it(
     run_id = w.engine.start(bad_step).run_id
     w.run()
     run = w.run_state(run_id)
-    assert run.status == RunStatus.FAILED
-    kind, message = error_of(run)
-    assert kind == "PayloadError", run.error
+    message = assert_failed(run, "PayloadError")
     assert "step name" in message, message
     assert w.store.get_steps(run_id) == [], "a step with an unstorable name was written"
 
@@ -460,20 +462,24 @@ def test_a_body_that_never_suspends_fails_its_run_with_default_limits(
         while True:
             ctx.now()
 
-    began = time.monotonic()
-    run_id = w.engine.start(spin).run_id  # the first pass runs here
-    took = time.monotonic() - began
-    assert took < 15, f"start() of a spinning body took {took:.1f} s"
+    run_id = w.engine.start(spin).run_id  # the first pass runs here, and returns
     run = w.run_state(run_id)
-    assert run.status == RunStatus.FAILED
-    assert error_of(run)[0] == "WorkflowLimitError", run.error
+    assert_failed(run, "WorkflowLimitError")
 
 
 @pytest.mark.parametrize(
     ("options", "limit_named"),
     [
-        pytest.param({"pass_max_calls": 1000}, "pass_max_calls", id="pass_max_calls"),
-        pytest.param({"pass_max_seconds": 0.5}, "pass_max_seconds", id="pass_max_seconds"),
+        pytest.param(
+            {"pass_max_calls": 1000, "pass_max_seconds": 3600},
+            "pass_max_calls",
+            id="pass_max_calls",
+        ),
+        pytest.param(
+            {"pass_max_seconds": 0.5, "pass_max_calls": 10**12},
+            "pass_max_seconds",
+            id="pass_max_seconds",
+        ),
     ],
 )
 def test_a_pass_budget_ends_a_spinning_body_that_swallows_exceptions(
@@ -487,14 +493,9 @@ def test_a_pass_budget_ends_a_spinning_body_that_swallows_exceptions(
             with contextlib.suppress(Exception):  # the body swallows every error ctx raises
                 ctx.now()
 
-    began = time.monotonic()
-    run_id = w.engine.start(stubborn_spin).run_id
-    took = time.monotonic() - began
-    assert took < 5, f"start() of a spinning body took {took:.1f} s with {options}"
+    run_id = w.engine.start(stubborn_spin).run_id  # returns: without the budget it spins on
     run = w.run_state(run_id)
-    assert run.status == RunStatus.FAILED
-    kind, message = error_of(run)
-    assert kind == "WorkflowLimitError", run.error
+    message = assert_failed(run, "WorkflowLimitError")
     assert limit_named in message, message
 
 
@@ -536,13 +537,10 @@ def test_cancel_returns_promptly_while_a_slow_body_is_inside_its_pass(
             finally:
                 cancelled.set()
 
-        began = time.monotonic()
         threading.Thread(target=canceller, daemon=True).start()
-        returned = cancelled.wait(5)
-        took = time.monotonic() - began
-        assert returned, "engine.cancel blocked while a body was inside its pass"
-        assert not release.is_set()
-        assert took < 5
+        assert cancelled.wait(30), "engine.cancel blocked while a body was inside its pass"
+        # cancel returned while the first pass was still inside the body
+        assert start_thread.is_alive()
     finally:
         release.set()
         start_thread.join(30)
@@ -569,11 +567,11 @@ def test_a_body_recording_steps_in_a_loop_stops_at_max_steps_per_run(
     run_id = w.engine.start(step_loop).run_id
     w.run()
     run = w.run_state(run_id)
-    assert run.status == RunStatus.FAILED
-    kind, message = error_of(run)
-    assert kind == "WorkflowLimitError", run.error
+    message = assert_failed(run, "WorkflowLimitError")
     assert "max_steps_per_run" in message, message
-    assert len(w.store.get_steps(run_id)) <= 5
+    # the five steps within the bound ran; the pass past it recorded nothing
+    assert [s.name for s in w.store.get_steps(run_id)] == [f"step-{i}" for i in range(5)]
+    assert w.ran == [0, 1, 2, 3, 4]
 
 
 def test_recursive_children_stop_at_max_child_depth(sql_store: SQLWorkflowStore) -> None:
@@ -590,9 +588,7 @@ def test_recursive_children_stop_at_max_child_depth(sql_store: SQLWorkflowStore)
     by_depth = {r.depth: r for r in runs}
     assert sorted(by_depth) == [0, 1, 2]
     deepest = by_depth[2]
-    assert deepest.status == RunStatus.FAILED
-    kind, message = error_of(deepest)
-    assert kind == "WorkflowLimitError", deepest.error
+    message = assert_failed(deepest, "WorkflowLimitError")
     assert "max_child_depth" in message, message
     assert w.run_state(top).status == RunStatus.FAILED
     assert all(r.status == RunStatus.FAILED for r in runs)
@@ -614,11 +610,10 @@ def test_a_body_starting_many_children_stops_at_max_children_per_run(
     parent = w.engine.start(many_children).run_id
     w.run()
     run = w.run_state(parent)
-    assert run.status == RunStatus.FAILED
-    kind, message = error_of(run)
-    assert kind == "WorkflowLimitError", run.error
+    message = assert_failed(run, "WorkflowLimitError")
     assert "max_children_per_run" in message, message
-    assert len(w.store.list_runs(limit=100)) <= 4  # the parent and at most 3 children
+    # the pass that went past the bound kept none of its children
+    assert [r.id for r in w.store.list_runs(limit=100)] == [parent]
 
 
 def test_cancelling_a_parent_reaches_every_descendant(sql_store: SQLWorkflowStore) -> None:
@@ -711,9 +706,7 @@ def test_an_invalid_json_step_result_fails_the_next_pass_once_naming_it(
 
     w.engine.orchestrate(run_id)
     run = w.run_state(run_id)
-    assert run.status == RunStatus.FAILED
-    kind, message = error_of(run)
-    assert kind == "CorruptValueError", run.error
+    message = assert_failed(run, "CorruptValueError")
     assert run_id in message and "'first'" in message and "result" in message, message
 
     # Once: more wake-ups leave the failed run alone.
@@ -822,36 +815,31 @@ def test_the_sweep_backs_off_resending_a_step_whose_message_is_always_lost(
     run_id = w.engine.start(lost).run_id
     assert len(w.sent_for(run_id, "step")) == 1  # sent and lost
 
-    resends: list[tuple[float, int, int]] = []  # (when, sweep_count, next_sweep_at - now)
-    window = 3.0
-    began = time.monotonic()
-    while time.monotonic() - began < window:
+    # Each sweep is bracketed by the store's own clock, the clock its backoff
+    # is written on: the backoff it set lies exactly within the bracket.
+    resends: list[tuple[int, int, int, int]] = []  # (sweep_count, before, after, next sweep)
+    deadline = time.monotonic() + 30
+    while len(resends) < 6:
+        assert time.monotonic() < deadline, f"only {len(resends)} re-sends: {resends}"
+        before = w.store.now_ms()
         report = w.engine.sweep()
-        if report.resent:
-            when = time.monotonic()
-            run = w.run_state(run_id)
-            assert run.next_sweep_at is not None
-            resends.append((when, run.sweep_count, run.next_sweep_at - w.store.now_ms()))
+        after = w.store.now_ms()
+        if not report.resent:
+            time.sleep(0.005)  # the polling interval of this loop
+            continue
+        run = w.run_state(run_id)
+        assert run.next_sweep_at is not None
+        resends.append((run.sweep_count, before, after, run.next_sweep_at))
     assert len(w.sent_for(run_id, "step")) == 1 + len(resends)
     assert w.ran == []
 
-    counts = [c for _, c, _ in resends]
-    expected = [min(BASE_MS * 2 ** (c - 1), CAP_MS) for c in counts]
-    waits = [d for _, _, d in resends]
-    gaps = [round((b - a) * 1000) for (a, _, _), (b, _, _) in itertools.pairwise(resends)]
-    detail = f"sweep_count {counts}, next_sweep_at - now {waits} ms, gaps {gaps} ms"
-    assert len(resends) >= 5, f"too few re-sends to see the backoff: {detail}"
-    assert counts == list(range(1, len(resends) + 1)), f"sweep_count does not grow: {detail}"
-    # What is left of each backoff when the test reads it: at most the whole,
-    # at least half (the read follows the write by a round trip or two).
-    for wait, want in zip(waits, expected, strict=True):
-        assert want / 2 <= wait <= want + 5, f"backoff not {expected}: {detail}"
-    # A re-send never comes before the backoff the previous one set (less the
-    # time the test took to see the previous one).
-    for gap, want in zip(gaps, expected, strict=False):
-        assert gap >= want - 40, f"re-sent sooner than the backoff {expected}: {detail}"
-    # Bounded rate: 50 + 100 + 200 ms, then one per 400 ms at most.
-    assert len(resends) <= 4 + int((window * 1000 - 350) / CAP_MS) + 1, detail
+    for k, (count, before, after, due) in enumerate(resends, 1):
+        want = min(BASE_MS * 2 ** (k - 1), CAP_MS)  # doubling, up to the cap
+        assert count == k, f"sweep_count does not grow: {resends}"
+        assert before + want - 1 <= due <= after + want + 1, f"backoff is not {want} ms: {resends}"
+    # never re-sent before the backoff the previous re-send set had run out
+    for (*_, due), (_, _, after, _) in itertools.pairwise(resends):
+        assert after >= due - 1, f"re-sent sooner than the backoff: {resends}"
 
 
 def test_a_step_message_arriving_during_its_retry_delay_is_dropped(

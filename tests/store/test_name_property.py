@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from pikku_celery.engine import Context, WorkflowEngine
@@ -264,17 +264,15 @@ def sql(request: pytest.FixtureRequest) -> Backend:
     kind = str(request.param)
     if kind == "sqlite":
         db: sa.Engine = request.getfixturevalue("sqlite_engine")
-        store = SQLWorkflowStore(db)
-        store.prepare()  # the embedded default makes its tables on first use
-        return Backend(kind, store, db)
-    db = request.getfixturevalue("store_pg_engine" if kind == "postgres" else "store_mysql_engine")
-    cache: dict[str, SQLWorkflowStore] = request.getfixturevalue("_server_stores")
-    # Earlier suites kill this engine's backends on purpose (a dropped
-    # connection costs its one call); start these examples on fresh ones.
-    db.dispose()
-    if kind not in cache:
-        cache[kind] = SQLWorkflowStore(db)
-    return Backend(kind, cache[kind], db)
+    else:
+        name = "store_pg_engine" if kind == "postgres" else "store_mysql_engine"
+        db = request.getfixturevalue(name)
+        # Earlier suites kill this engine's backends on purpose (a dropped
+        # connection costs its one call); start these examples on fresh ones.
+        db.dispose()
+    store = SQLWorkflowStore(db)
+    store.prepare()  # before the first wipe: SQLite makes its tables on first use
+    return Backend(kind, store, db)
 
 
 @dataclass
@@ -381,6 +379,8 @@ def distinct_valid(name: str, variant: str, limit: int) -> str:
 
 @SETTINGS
 @given(key=ANY_NAME)
+@example(key="k" * 255)  # the longest a key may be
+@example(key="k" * 256)
 def test_an_idempotency_key_is_refused_or_read_back_exactly(sql: Backend, key: str) -> None:
     w = world(sql)
     reasons = problems(key, NAME_LIMIT)
@@ -422,6 +422,8 @@ def test_two_distinct_idempotency_keys_are_two_runs(sql: Backend, key: str, vari
 
 @SETTINGS
 @given(name=ANY_NAME)
+@example(name="n" * 255)  # the longest a step name may be
+@example(name="n" * 256)
 def test_a_step_name_fails_the_run_or_is_read_back_exactly(sql: Backend, name: str) -> None:
     w = world(sql)
     handle = w.engine.start("prop.one_step", {"name": spell(name)})
@@ -435,12 +437,10 @@ def test_a_step_name_fails_the_run_or_is_read_back_exactly(sql: Backend, name: s
         assert run.error is not None
         assert run.error["type"] == "PayloadError", run.error
         assert_says(str(run.error["message"]), "step", reasons)
-        assert [s for s in steps if s.name == name] == []
         assert w.count(step_table) == 0
         return
     assert run.status == RunStatus.COMPLETED, run.error
     step = step_named(steps, name)
-    assert step.name == name
     assert_same_json(step.args, [[name, len(name)]], "the step's args")
     assert_same_json(step.result, [name, len(name)], "the step's result")
     assert_same_json(run.output, [name, len(name)], "the run's output")
@@ -469,6 +469,8 @@ def test_step_names_differing_by_spaces_or_case_are_two_steps(
 
 @SETTINGS
 @given(name=SIGNAL_BOUNDARY_NAME, payload=UNICODE_JSON)
+@example(name="g" * 248, payload=None)  # the longest a signal name may be
+@example(name="g" * 249, payload=None)
 def test_a_signal_name_is_refused_or_delivered_exactly(
     sql: Backend, name: str, payload: JSON
 ) -> None:
