@@ -283,8 +283,8 @@ class InMemoryWorkflowStore:
         with self._lock:
             self._complete(self._fenced(step_id, attempt), value)
 
-    def _complete(self, step: StepState, value: JSON) -> None:
-        now = self._clock()
+    def _complete(self, step: StepState, value: JSON, now: int | None = None) -> None:
+        now = self._clock() if now is None else now
         done = StepOutcome(step.id, step.attempt, ok=True, result=value)
         self._steps[step.id] = step_after_outcome(step, done, now)
         self._set_attempt(
@@ -298,8 +298,10 @@ class InMemoryWorkflowStore:
         with self._lock:
             self._fail(self._fenced(step_id, attempt), err, retry_delay)
 
-    def _fail(self, step: StepState, err: ErrorInfo, retry_delay: float | None) -> None:
-        now = self._clock()
+    def _fail(
+        self, step: StepState, err: ErrorInfo, retry_delay: float | None, now: int | None = None
+    ) -> None:
+        now = self._clock() if now is None else now
         failed = StepOutcome(step.id, step.attempt, ok=False, error=err, retry_delay=retry_delay)
         self._steps[step.id] = step_after_outcome(step, failed, now)
         self._set_attempt(
@@ -374,7 +376,7 @@ class InMemoryWorkflowStore:
                 if outcome is not None:
                     sid = outcome.step_id
                     saved = (sid, self._steps.get(sid), list(self._attempts.get(sid, [])))
-                    self._apply_outcome(outcome)
+                    self._apply_outcome(outcome, now)
                 if decision is None:
                     return AdvanceResult(run=run, steps=[], decision=None)
                 try:
@@ -386,13 +388,14 @@ class InMemoryWorkflowStore:
                         self._attempts[saved[0]] = saved[2]
                     raise
 
-    def _apply_outcome(self, outcome: StepOutcome) -> None:
+    def _apply_outcome(self, outcome: StepOutcome, now: int) -> None:
+        """The fenced outcome on the pass's clock ``now``, as the pass's view shows it."""
         step = self._fenced(outcome.step_id, outcome.attempt)
         where = f"step {step.name!r}"
         if outcome.ok:
-            self._complete(step, normalise(outcome.result, where, "result"))
+            self._complete(step, normalise(outcome.result, where, "result"), now)
         else:
-            self._fail(step, normalise(outcome.error, where, "error"), outcome.retry_delay)
+            self._fail(step, normalise(outcome.error, where, "error"), outcome.retry_delay, now)
 
     def _apply_decision(self, run: RunState, view: RunView, decision: Decision) -> AdvanceResult:
         # Everything is checked before anything is written: a pass is atomic.

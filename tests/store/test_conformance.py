@@ -26,6 +26,7 @@ from pikku_celery.errors import (
 from pikku_celery.store import (
     AttemptStatus,
     Decision,
+    InMemoryWorkflowStore,
     NewRun,
     NewStep,
     RunStatus,
@@ -1050,3 +1051,17 @@ def test_waiting_by_queue_counts_unclaimed_steps_per_queue(store: WorkflowStore)
     claim(store, b, "w")
     claim(store, c, "w")
     assert {q for q, _, _ in store.waiting_by_queue(0)} == {"ovens"}
+
+
+def test_the_memory_store_writes_an_outcome_on_the_pass_clock_its_view_shows() -> None:
+    """The view a pass decides on and the row it writes agree, even when the
+    clock moves between them (here: a millisecond on every read)."""
+    ticks = iter(range(1_000_000, 2_000_000))
+    store = InMemoryWorkflowStore(clock=lambda: next(ticks))
+    run, [step] = make_tasks(store, 1)
+    got = claim(store, step, "w")
+    views: list[RunView] = []
+    store.advance(run.id, StepOutcome(step.id, got.attempt, ok=True, result=1), seen_by(views))
+    assert views[-1].steps[0] == store.get_step(step.id)
+    nxt = store.get_step(step.id)
+    assert nxt is not None and nxt.updated_at == views[-1].now
