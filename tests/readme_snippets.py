@@ -23,7 +23,9 @@ ports (the test environment touches neither) and the 30 s sleep as written
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import re
 import subprocess
@@ -42,6 +44,7 @@ README = ROOT / "README.md"
 BLOCKS = {
     "tutorial": "pikku = Pikku(app, database_url=",
     "start": "run = fulfil_order.start(",
+    "handles": "same = pikku.handle(",
     "transactional": "@transactional",
     "django_settings": "PIKKU_CELERY = {",
     "django_commit": "start_on_commit(",
@@ -142,6 +145,23 @@ def scenario_tutorial(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
         run_block(blocks["start"], "start", namespace)  # run.wait(timeout=60) inside
     run = namespace["run"]
     return {"run": run_report(run), "output": run.wait(timeout=5)}
+
+
+def scenario_handles(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The Handles block on the tutorial's app: a handle from a stored id."""
+    namespace = tutorial(blocks, scratch)
+    printed = io.StringIO()
+    with worker(namespace), contextlib.redirect_stdout(printed):
+        run_block(blocks["handles"], "handles", namespace)
+    same, started = namespace["same"], namespace["started"]
+    return {
+        "same_id": same.run_id == started.run_id,
+        "run": run_report(same),
+        "output": namespace["output"],
+        "workflow": namespace["state"].workflow,
+        "attempts": [len(h.attempts) for h in same.steps()],
+        "printed": printed.getvalue().splitlines(),
+    }
 
 
 def scenario_transactional(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
@@ -334,6 +354,7 @@ def scenario_testing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
 
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
+    "handles": scenario_handles,
     "transactional": scenario_transactional,
     "django": scenario_django,
     "flask": scenario_flask,

@@ -57,6 +57,23 @@ def test_the_tutorial_run_completes_on_a_worker(tmp_path: Path) -> None:
     assert report["output"] == {"charge": None, "label": None}
 
 
+def test_the_handles_block_reads_a_run_back_by_its_id(tmp_path: Path) -> None:
+    report = run_scenario("handles", tmp_path)
+    assert report["same_id"] is True
+    assert report["run"]["status"] == "completed"
+    assert report["run"]["idempotency_key"] == "order-8"
+    assert report["output"] == {"charge": None, "label": None}
+    # The default name is module.function (the tutorial runs as module "readme").
+    assert report["workflow"] == "readme.fulfil_order"
+    assert report["attempts"] == [1, 0, 1]  # a timer takes no attempt
+    assert report["printed"][0] in ("running", "completed")
+    assert report["printed"][1:] == [
+        "charge succeeded succeeded",
+        "cooling-off succeeded",
+        "label succeeded succeeded",
+    ]
+
+
 def test_the_transactional_step_commits_its_insert(tmp_path: Path) -> None:
     report = run_scenario("transactional", tmp_path)
     assert report["run"]["status"] == "completed"

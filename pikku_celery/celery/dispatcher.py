@@ -9,6 +9,7 @@ from celery import Celery
 
 from ..errors import UnknownTaskError
 from ..store.model import StepState
+from .inprocess import InProcessDelivery
 from .queues import QueueLeases
 from .routes import routed_queue
 
@@ -39,6 +40,7 @@ class CeleryDispatcher:
         self.orchestration_queue = orchestration_queue
         self._router: Any = None
         self._routes: dict[tuple[str, Any], dict[str, Any]] = {}
+        self.in_process = InProcessDelivery(app)
 
     # --- tasks and queues ----------------------------------------------------
     def task_name(self, task: Any) -> str:
@@ -126,6 +128,9 @@ class CeleryDispatcher:
         countdown: float,
         options: dict[str, Any],
     ) -> None:
+        if self.app.conf.task_always_eager:
+            self.in_process.deliver(name, args, countdown, {**options, "queue": queue})
+            return
         # pikku's tasks store no result: no result subscription on send (a web
         # app starting runs would otherwise subscribe and unsubscribe per
         # message), no child result on the sending task. Their arguments are

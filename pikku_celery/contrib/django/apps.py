@@ -22,8 +22,16 @@ class PikkuCeleryConfig(AppConfig):
     verbose_name = "pikku-celery workflows"
 
     def ready(self) -> None:
-        """Register the settings check, so a bad ``PIKKU_CELERY`` shows at start-up."""
+        """Register the settings check, so a bad ``PIKKU_CELERY`` shows at start-up,
+        and make pikku's tables with ``migrate``."""
+        from django.db.models.signals import post_migrate
+
+        from .schema import upgrade_after_migrate
+
         checks.register(check_settings)
+        post_migrate.connect(
+            upgrade_after_migrate, sender=self, dispatch_uid="pikku_celery.migrate"
+        )
 
 
 def check_settings(app_configs: Any = None, **_: Any) -> list[checks.CheckMessage]:

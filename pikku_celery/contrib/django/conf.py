@@ -7,6 +7,7 @@
         "DATABASE_URL": None,             # default: built from DATABASES[DATABASE]
         "DATABASE": "default",            # the DATABASES alias to build it from
         "OPTIONS": {"sweep_interval": 30.0},  # passed to Pikku(...) as keywords
+        "MIGRATE": True,                  # manage.py migrate makes pikku's tables too
     }
 
 or, when the project already builds its Pikku itself::
@@ -32,7 +33,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
+from ...db import make_engine
 from ...engine.core import WorkflowEngine
+from .follow import follow_django_database
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -47,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE_URL": None,
     "DATABASE": "default",
     "OPTIONS": {},
+    "MIGRATE": True,
 }
 
 # Django-only keys of DATABASES[...]["OPTIONS"]: they mean nothing to the driver.
@@ -270,7 +274,11 @@ def pikku_from_settings(app: Celery | None = None) -> Pikku:
     if "store" in options or "engine" in options:
         # A store or engine given in OPTIONS says where the runs live.
         return Pikku(app, conf["DATABASE_URL"], **options)
-    return Pikku(app, configured_database_url(conf), **options)
+    if conf["DATABASE_URL"]:
+        return Pikku(app, str(conf["DATABASE_URL"]), **options)
+    alias = str(conf["DATABASE"])
+    engine = follow_django_database(make_engine(database_url_for_alias(alias)), alias)
+    return Pikku(app, engine=engine, **options)
 
 
 DJANGO_UPGRADE_COMMAND = "python manage.py pikku_celery db upgrade"

@@ -1,0 +1,1 @@
+"""The bakery: an order view that starts a workflow, and its Django tests."""

@@ -1,0 +1,12 @@
+"""The project's Celery app. Its broker is closed: under task_always_eager nothing is sent."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+app = Celery("bakery")
+app.conf.update(
+    broker_url="amqp://guest:guest@127.0.0.1:1//",
+    broker_connection_retry=False,
+    task_always_eager=True,
+)

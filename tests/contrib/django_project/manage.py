@@ -1,0 +1,10 @@
+"""manage.py of a Django project as ``startproject`` makes it, with pikku installed."""
+
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bakery.settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
