@@ -8,35 +8,21 @@ Database failures exit 2 (``check`` exits 1 for a schema that is behind).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import click
 import sqlalchemy as sa
 
-from .common import fail, masked, state
+from .common import database_url_option, fail, masked, state
 
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def database_url_option(fn: F) -> F:
-    """``--database-url`` (or ``PIKKU_DATABASE_URL``), shared by every command."""
-    return click.option(
-        "--database-url",
-        envvar="PIKKU_DATABASE_URL",
-        metavar="URL",
-        help=(
-            "SQLAlchemy URL of the workflow database (env: PIKKU_DATABASE_URL); "
-            "default: the -A app's database."
-        ),
-    )(fn)
-
-
-def resolve_url(database_url: str | None) -> str:
+def resolve_url() -> str:
     """The explicit URL, else the one the ``-A`` app's Pikku was built with."""
-    if database_url:
-        return database_url
     s = state()
+    if s.database_url:
+        return s.database_url
     if s.pikku is None and not s.app_spec:
         raise click.UsageError(
             "Missing option '--database-url' (env: PIKKU_DATABASE_URL), "
@@ -65,11 +51,11 @@ def db() -> None:
 
 @db.command()
 @database_url_option
-def upgrade(database_url: str | None) -> None:
+def upgrade() -> None:
     """Create pikku-celery's tables, or upgrade them to this version."""
     from ..store import migrate
 
-    url = resolve_url(database_url)
+    url = resolve_url()
 
     def run() -> tuple[str | None, str | None, migrate.SchemaCheck]:
         before = migrate.current(url)
@@ -95,11 +81,11 @@ def upgrade(database_url: str | None) -> None:
 
 @db.command()
 @database_url_option
-def check(database_url: str | None) -> None:
+def check() -> None:
     """Exit 0 if the tables match this version of pikku-celery, else 1."""
     from ..store import migrate
 
-    url = resolve_url(database_url)
+    url = resolve_url()
     result = _guarded(url, lambda: migrate.check(url))
     click.echo(f"{masked(url)}: {result.message}")
     if not result.ok:
@@ -108,11 +94,11 @@ def check(database_url: str | None) -> None:
 
 @db.command()
 @database_url_option
-def current(database_url: str | None) -> None:
+def current() -> None:
     """Print the revision the database is at."""
     from ..store import migrate
 
-    url = resolve_url(database_url)
+    url = resolve_url()
     revision = _guarded(url, lambda: migrate.current(url))
     shown = revision or "none (no pikku-celery tables yet: run pikku-celery db upgrade)"
     click.echo(f"{masked(url)}: {shown} (head: {migrate.head()})")

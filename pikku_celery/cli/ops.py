@@ -1,16 +1,38 @@
-"""``signal``, ``sweep`` and ``leases``: the operator's levers beside ``runs``."""
+"""``signal``, ``sweep`` and ``leases``: the operator's levers beside ``runs``.
+
+With ``--database-url``, ``signal`` and ``sweep`` still need ``-A``: what they
+do is send messages through the app's Celery app. ``leases`` without ``-A``
+shows what the store alone knows: the steps no worker took, by queue.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..celery.queues import transport_name
+from ..engine.core import WorkflowEngine
 from . import render
-from .common import RUN_ID, ParamTypeBase, echo_json, friendly_errors, json_option, state
+from .common import (
+    RUN_ID,
+    ParamTypeBase,
+    database_url_option,
+    echo_json,
+    friendly_errors,
+    json_option,
+    state,
+)
+
+if TYPE_CHECKING:
+    from ..celery.integration import Pikku
+    from ..store.base import WorkflowStore
+
+# Without -A the app's message_grace is unknown: pikku's default stands in.
+DEFAULT_GRACE: float = inspect.signature(WorkflowEngine).parameters["message_grace"].default
 
 
 class JsonPayloadType(ParamTypeBase):
@@ -37,15 +59,20 @@ class JsonPayloadType(ParamTypeBase):
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.argument("name")
 @click.argument("payload", metavar="[JSON]", type=JsonPayloadType(), default="null")
+@database_url_option
 @json_option
 @friendly_errors
 def signal(run_id: str, name: str, payload: Any, as_json: bool) -> None:
     """Send signal NAME with a JSON payload to a run.
 
     The payload defaults to null. The first signal of a name wins; the run's
-    next pass sees it.
+    next pass sees it. That pass is started by a message sent through your
+    Celery app: -A is needed even with --database-url.
     """
-    pikku = state().engine()
+    pikku = state().workflows(
+        "the run's next pass, which sees the signal, is started by a message sent "
+        "through your Celery app"
+    )
     run = pikku.send_signal(run_id, name, payload)
     if as_json:
         summary = render.run_summary(run, pikku.store.now_ms())
@@ -63,6 +90,7 @@ def signal(run_id: str, name: str, payload: Any, as_json: bool) -> None:
     metavar="SECONDS",
     help="Pause between sweeps without --once (default: the app's sweep_interval).",
 )
+@database_url_option
 @json_option
 @friendly_errors
 def sweep(once: bool, interval: float | None, as_json: bool) -> None:
@@ -70,9 +98,13 @@ def sweep(once: bool, interval: float | None, as_json: bool) -> None:
 
     Lapsed leases, lost messages, due timers and retries, idle runs. Beat
     runs this every sweep_interval already; use it by hand when beat is not
-    running, or to see what it would do.
+    running, or to see what it would do. With --database-url it sweeps that
+    database, still through your app (-A): a sweep's work is sending messages.
     """
-    pikku = state().engine()
+    pikku = state().workflows(
+        "a sweep's work is sending step and wake-up messages through your Celery app, "
+        "with its routes, queue leases and options"
+    )
     pause = interval if interval is not None else pikku.sweep_interval
     try:
         while True:
@@ -91,6 +123,7 @@ def sweep(once: bool, interval: float | None, as_json: bool) -> None:
 
 
 @click.command("leases")
+@database_url_option
 @json_option
 @friendly_errors
 def leases(as_json: bool) -> None:
@@ -99,9 +132,49 @@ def leases(as_json: bool) -> None:
     Queues: the app's default and task_queues, pikku's overrides, every
     queue a registered task is routed to, and every queue holding steps sent
     longer than ``message_grace`` ago and still unclaimed (named on stderr:
-    a queue that stays there has no consumer).
+    a queue that stays there has no consumer). With --database-url and no
+    -A, only the unclaimed steps: lease lengths come from the app's Celery
+    configuration.
     """
-    pikku = state().engine()
+    s = state()
+    if s.has_app:
+        pikku = s.workflows()
+        rows, transport = _app_rows(pikku), transport_name(pikku.app)
+        title = f"step leases by queue (transport: {transport})"
+    else:
+        rows, transport = _store_rows(s.store()), None
+        title = f"unclaimed steps by queue in {s.database_label()} (lease lengths need -A)"
+    if as_json:
+        echo_json({"transport": transport, "queues": [render.lease_json(r) for r in rows]})
+        return
+    if rows:
+        render.console().print(render.leases_table(rows, title))
+    else:
+        click.echo(
+            f"no task step in {s.database_label()} has waited unclaimed longer than "
+            f"{DEFAULT_GRACE:g} s"
+        )
+    for row in rows:
+        if row.waiting is not None:
+            consumer = f" (celery worker -Q {row.queue})" if row.queue is not None else ""
+            click.echo(
+                f"queue {row.name!r}: {row.waiting[0]} step(s) sent but unclaimed for up to "
+                f"{render.human_seconds(row.waiting[1] / 1000)}: is any worker consuming "
+                f"it?{consumer}",
+                err=True,
+            )
+    if transport is None:
+        click.echo(
+            "lease lengths come from your Celery app's configuration (broker transport "
+            "options, task_queues, pikku's queue_leases): pass -A/--app to see them; "
+            f"steps count as unclaimed after {DEFAULT_GRACE:g} s, "
+            "pikku's default message_grace",
+            err=True,
+        )
+
+
+def _app_rows(pikku: Pikku) -> list[render.QueueRow]:
+    """Every queue the app knows, its lease, its tasks and its unclaimed steps."""
     routed: dict[str, list[str]] = {}
     for task_name in sorted(pikku.app.tasks):
         if task_name.startswith(("celery.", "pikku.")):
@@ -121,25 +194,15 @@ def leases(as_json: bool) -> None:
         )
     }
     extra += list(waiting)
-    rows = [
-        (lease, routed.get(lease.queue, []), waiting.get(lease.queue))
+    return [
+        render.QueueRow(lease.queue, lease, routed.get(lease.queue, []), waiting.get(lease.queue))
         for lease in pikku.queue_leases.table(extra)
     ]
-    transport = transport_name(pikku.app)
-    if as_json:
-        echo_json(
-            {
-                "transport": transport,
-                "queues": [render.lease_json(*row) for row in rows],
-            }
-        )
-        return
-    render.console().print(render.leases_table(rows, transport))
-    for lease, _, stuck in rows:
-        if stuck is not None:
-            click.echo(
-                f"queue {lease.queue!r}: {stuck[0]} step(s) sent but unclaimed for up to "
-                f"{render.human_seconds(stuck[1] / 1000)}: is any worker consuming it? "
-                f"(celery worker -Q {lease.queue})",
-                err=True,
-            )
+
+
+def _store_rows(store: WorkflowStore) -> list[render.QueueRow]:
+    """Without the app: the queues holding unclaimed steps, busiest first."""
+    return [
+        render.QueueRow(queue, None, [], (steps, oldest_ms))
+        for queue, steps, oldest_ms in store.waiting_by_queue(round(DEFAULT_GRACE * 1000))
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -266,13 +267,14 @@ def show_json(run: RunState, steps: Sequence[StepHistory], now: int) -> dict[str
     }
 
 
-def lease_json(lease: QueueLease, tasks: Sequence[str], waiting: Waiting = None) -> dict[str, Any]:
+def lease_json(row: QueueRow) -> dict[str, Any]:
     """One queue's lease for ``leases --json``, with the steps no worker took."""
+    lease, waiting = row.lease, row.waiting
     return {
-        "queue": lease.queue,
-        "seconds": lease.seconds,
-        "source": lease.source,
-        "tasks": list(tasks),
+        "queue": row.queue,
+        "seconds": None if lease is None else lease.seconds,
+        "source": None if lease is None else lease.source,
+        "tasks": list(row.tasks),
         "unclaimed_steps": 0 if waiting is None else waiting[0],
         "oldest_unclaimed_s": None if waiting is None else waiting[1] / 1000,
     }
@@ -454,9 +456,23 @@ Waiting = tuple[int, int] | None
 """Steps sent to a queue and unclaimed past ``message_grace``, and the oldest's wait (ms)."""
 
 
-def leases_table(
-    rows: Sequence[tuple[QueueLease, Sequence[str], Waiting]], transport: str
-) -> Group:
+@dataclass(frozen=True)
+class QueueRow:
+    """A row of ``leases``: a queue, its lease (None: unknown without the app),
+    the tasks routed to it, and the steps no worker took from it."""
+
+    queue: str | None
+    lease: QueueLease | None
+    tasks: Sequence[str]
+    waiting: Waiting
+
+    @property
+    def name(self) -> str:
+        """The queue as shown: None is the app's default queue, unknown without it."""
+        return self.queue if self.queue is not None else "(the app's default queue)"
+
+
+def leases_table(rows: Sequence[QueueRow], title: str) -> Group:
     """The ``leases`` table: each queue's step lease, its source, and steps no worker took."""
     table = Table()
     table.add_column("queue", no_wrap=True)
@@ -464,12 +480,13 @@ def leases_table(
     table.add_column("source")
     table.add_column("tasks routed here")
     table.add_column("unclaimed", justify="right", no_wrap=True)
-    for lease, tasks, waiting in rows:
+    for row in rows:
+        lease, waiting = row.lease, row.waiting
         table.add_row(
-            styled(lease.queue),
-            styled(f"{lease.seconds:g} s"),
-            styled(lease.source),
-            styled(", ".join(tasks) or "-"),
+            styled(row.name),
+            styled("?" if lease is None else f"{lease.seconds:g} s"),
+            styled("needs -A" if lease is None else lease.source),
+            styled(", ".join(row.tasks) or "-"),
             styled(
                 "-"
                 if waiting is None
@@ -477,7 +494,7 @@ def leases_table(
                 "bold red" if waiting else "",
             ),
         )
-    return titled(f"step leases by queue (transport: {transport})", table)
+    return titled(title, table)
 
 
 def sweep_table(report: SweepReport) -> Group:

@@ -1,7 +1,10 @@
 """``pikku-celery runs list | show | cancel | retry``: look at runs and steer them.
 
-Everything reads the store the app's Pikku was built on; "now" is the
-store's clock, so a lease's remaining time is the one the database judges.
+Everything reads the store the app's Pikku was built on, or the one at
+``--database-url``; "now" is the store's clock, so a lease's remaining time is
+the one the database judges. ``list`` and ``show`` need only the store;
+``cancel`` and ``retry`` also send the run's wake-up through the app's Celery
+app, so with ``--database-url`` they still need ``-A``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,20 @@ from typing import Any
 import click
 from rich.console import Group
 
-from ..store.model import RunStatus, StepKind, StepStatus
+from ..engine.handle import StepHistory
+from ..errors import RunNotFoundError
+from ..store.base import WorkflowStore
+from ..store.model import AttemptState, RunState, RunStatus, StepKind, StepStatus
 from . import render
-from .common import RUN_ID, ParamTypeBase, echo_json, friendly_errors, json_option, state
+from .common import (
+    RUN_ID,
+    ParamTypeBase,
+    database_url_option,
+    echo_json,
+    friendly_errors,
+    json_option,
+    state,
+)
 
 AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
 AGE_MS = {"s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
@@ -96,6 +110,7 @@ def runs() -> None:
 @click.option(
     "--page", type=click.IntRange(min=1), default=1, show_default=True, help="Page, from 1."
 )
+@database_url_option
 @json_option
 @friendly_errors
 def list_runs(
@@ -107,7 +122,7 @@ def list_runs(
     as_json: bool,
 ) -> None:
     """List runs, newest first, a page at a time."""
-    store = state().engine().store
+    store = state().store()
     now = store.now_ms()
     found = store.list_runs(
         status=RunStatus(status) if status else None,
@@ -138,6 +153,7 @@ def list_runs(
 
 @runs.command("show")
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
+@database_url_option
 @json_option
 @friendly_errors
 def show_run(run_id: str, as_json: bool) -> None:
@@ -146,11 +162,9 @@ def show_run(run_id: str, as_json: bool) -> None:
     Each step with its attempt, worker, duration and the lease left on the
     store's clock; then each attempt with its worker, duration and error.
     """
-    pikku = state().engine()
-    handle = pikku.handle(run_id)
-    run = handle.state()
-    steps = handle.steps()
-    now = pikku.store.now_ms()
+    store = state().store()
+    run, steps = _history(store, run_id)
+    now = store.now_ms()
     if as_json:
         echo_json(render.show_json(run, steps, now))
         return
@@ -166,14 +180,19 @@ def show_run(run_id: str, as_json: bool) -> None:
 
 @runs.command("cancel")
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
+@database_url_option
 @json_option
 @friendly_errors
 def cancel_run(run_id: str, as_json: bool) -> None:
     """Cancel a run and its children.
 
-    The request is recorded at once; the run's next orchestration pass ends it.
+    The request is recorded at once; the run's next orchestration pass ends
+    it. That pass is started by a message sent through your Celery app: -A
+    is needed even with --database-url.
     """
-    pikku = state().engine()
+    pikku = state().workflows(
+        "the run's next pass, which ends it, is started by a message sent through your Celery app"
+    )
     run = pikku.cancel(run_id)
     if as_json:
         echo_json(render.run_summary(run, pikku.store.now_ms()))
@@ -186,15 +205,19 @@ def cancel_run(run_id: str, as_json: bool) -> None:
 
 @runs.command("retry")
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
+@database_url_option
 @json_option
 @friendly_errors
 def retry_run(run_id: str, as_json: bool) -> None:
     """Resume a failed run from its failed steps.
 
     Each failed step gets fresh attempts (as many as it had); the steps that
-    succeeded keep their results.
+    succeeded keep their results. The run is woken through your Celery app:
+    -A is needed even with --database-url.
     """
-    pikku = state().engine()
+    pikku = state().workflows(
+        "the retried steps are started by a message sent through your Celery app"
+    )
     run = pikku.retry(run_id)
     reopened = [
         s
@@ -211,6 +234,22 @@ def retry_run(run_id: str, as_json: bool) -> None:
         return
     steps = ", ".join(f"{s.name!r} from attempt {s.attempt + 1}" for s in reopened)
     click.echo(f"run {run.id} ({run.workflow}) is {run.status.value} again: {_or_none(steps)}")
+
+
+def _history(store: WorkflowStore, run_id: str) -> tuple[RunState, list[StepHistory]]:
+    """The run and its steps with their attempts, read from ``store`` alone
+    (as ``RunHandle`` does, without an engine: ``--database-url`` needs no app)."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise RunNotFoundError(f"no workflow run {run_id!r}")
+    attempts: dict[str, list[AttemptState]] = {}
+    for attempt in store.get_attempts(run_id):
+        attempts.setdefault(attempt.step_id, []).append(attempt)
+    steps = [
+        StepHistory(s, sorted(attempts.get(s.id, []), key=lambda a: a.attempt))
+        for s in store.get_steps(run_id)
+    ]
+    return run, steps
 
 
 def _or_none(steps: str) -> str:

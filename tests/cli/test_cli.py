@@ -9,6 +9,7 @@ Assertions read the ``--json`` output and the key facts of the human output.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
 import sys
@@ -22,7 +23,7 @@ import pytest
 from celery import signals
 from click.testing import CliRunner, Result
 
-from pikku_celery.cli import main
+from pikku_celery.cli import CliState, main
 from pikku_celery.errors import UnknownWorkflowError
 from pikku_celery.store import migrate
 from pikku_celery.store.model import NewRun, StepKind, StepStatus
@@ -579,6 +580,256 @@ def test_unusable_database_urls_are_clean_errors() -> None:
         assert "Traceback" not in result.output
 
 
+# --- --database-url: another workflow store than the app's ---------------------
+
+
+@pytest.fixture
+def other(cliapp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Another deployment of the test app, on its own database (``other.url``):
+    its runs are not in the database the ``-A`` app points at."""
+    path = tmp_path / "other.db"
+    monkeypatch.setenv("PIKKU_CLI_TEST_DB", str(path))
+    spec = importlib.util.spec_from_file_location(
+        "tests.cli.other_deployment", Path(__file__).with_name("cliapp.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("PIKKU_CLI_TEST_DB", str(tmp_path / "cli.db"))
+    module.url = f"sqlite:///{path}"
+    module.pikku.store.list_runs()  # the deployment's SQLite store makes its tables
+    yield module
+    signals.worker_process_init.disconnect(module.pikku._after_fork)
+    module.pikku.sql_engine.dispose()
+
+
+def test_runs_list_reads_the_database_url_not_the_apps_database(
+    cliapp: Any, other: Any, tmp_path: Path
+) -> None:
+    in_app = cliapp.pikku.start("approval").run_id
+    elsewhere = other.pikku.start("approval").run_id
+    url = ("--database-url", other.url)
+
+    def ids(result: Result) -> list[str]:
+        assert result.exit_code == 0, result.output
+        return [r["id"] for r in json.loads(result.stdout)["runs"]]
+
+    assert ids(cli(*A, "runs", "list", "--json")) == [in_app]
+    assert ids(cli(*A, "runs", "list", "--json", *url)) == [elsewhere]
+    assert ids(cli("runs", "list", "--json", *url)) == [elsewhere]  # no -A: the URL alone
+    human = cli("runs", "list", *url)
+    assert human.exit_code == 0 and elsewhere in human.output and in_app not in human.output
+    embedded = CliRunner().invoke(
+        main, ["runs", "list", "--json", *url], obj=CliState(pikku=cliapp.pikku)
+    )
+    assert ids(embedded) == [elsewhere]
+
+    # From the environment too; as it is easy to leave set, it is named on stderr.
+    from_env = cli(*A, "runs", "list", "--json", env={"PIKKU_DATABASE_URL": other.url})
+    assert ids(from_env) == [elsewhere]
+    assert "note: PIKKU_DATABASE_URL is set" in from_env.stderr
+    assert str(tmp_path / "other.db") in from_env.stderr
+    assert "note:" not in cli(*A, "runs", "list", *url).stderr  # given on the line: no note
+    own = cli(
+        *A, "runs", "list", "--json", env={"PIKKU_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    )
+    assert ids(own) == [in_app] and own.stderr == ""  # the app's own database: as without it
+
+
+def test_runs_show_of_a_run_only_in_the_database_url(cliapp: Any, other: Any) -> None:
+    run_id = other.pikku.start("order", {"a": 2, "b": 3}).run_id
+    drive(other, run_id)
+    url = ("--database-url", other.url)
+
+    missing = cli(*A, "runs", "show", run_id)
+    assert missing.exit_code == 1 and f"no workflow run '{run_id}'" in missing.output
+    for app in ((), A):
+        shown = ok_json(*app, "runs", "show", run_id, *url)
+        assert shown["run"]["status"] == "completed"
+        assert shown["run"]["output"] == {"total": 5, "label": "parcel-5"}
+        assert [(s["name"], s["status"]) for s in shown["steps"]] == [
+            ("add", "succeeded"),
+            ("ship", "succeeded"),
+        ]
+        assert shown["steps"][0]["attempts"][0]["worker"] == other.pikku.worker_id
+    human = cli("runs", "show", run_id, *url)
+    assert human.exit_code == 0
+    assert all(fact in human.output for fact in (run_id, "order", "completed", "parcel-5"))
+    unknown = cli("runs", "show", UNKNOWN_RUN, *url)
+    assert unknown.exit_code == 1 and f"no workflow run '{UNKNOWN_RUN}'" in unknown.output
+
+
+def test_leases_of_the_database_url_with_and_without_the_app(cliapp: Any, other: Any) -> None:
+    run_id = other.pikku.start("order", {"a": 1, "b": 2}).run_id  # waits on 'celery', in A
+    url = ("--database-url", other.url)
+
+    # With -A: the app's queues and leases, the URL's unclaimed steps.
+    queues = {q["queue"]: q for q in ok_json(*A, "leases", *url)["queues"]}
+    assert (queues["celery"]["seconds"], queues["celery"]["unclaimed_steps"]) == (300.0, 1)
+    assert (queues["shipping"]["seconds"], queues["shipping"]["unclaimed_steps"]) == (45.0, 0)
+    assert {q["queue"]: q["unclaimed_steps"] for q in ok_json(*A, "leases")["queues"]} == {
+        "celery": 0,
+        "shipping": 0,
+    }
+
+    # Without -A: only the unclaimed steps, past pikku's default message_grace (30 s).
+    assert ok_json("leases", *url) == {"transport": None, "queues": []}
+    none = cli("leases", *url)
+    assert none.exit_code == 0
+    assert f"no task step in {other.url} has waited unclaimed longer than 30 s" in none.stdout
+    assert "pass -A/--app to see them" in none.stderr
+    with other.pikku.sql_engine.begin() as conn:  # sent two minutes ago, never claimed
+        conn.exec_driver_sql(
+            "UPDATE pikku_workflow_step SET scheduled_at = scheduled_at - 120000, "
+            "created_at = created_at - 120000 WHERE run_id = ?",
+            (run_id,),
+        )
+    [waiting] = ok_json("leases", *url)["queues"]
+    assert waiting["oldest_unclaimed_s"] >= 120
+    assert {k: v for k, v in waiting.items() if k != "oldest_unclaimed_s"} == {
+        "queue": "celery",
+        "seconds": None,
+        "source": None,
+        "tasks": [],
+        "unclaimed_steps": 1,
+    }
+    human = cli("leases", *url)
+    assert human.exit_code == 0
+    row = next(line for line in human.stdout.splitlines() if "celery" in line)
+    assert "needs -A" in row and "1 (oldest 2 m" in row
+    assert "queue 'celery': 1 step(s) sent but unclaimed" in human.stderr
+    assert "lease lengths come from your Celery app's configuration" in human.stderr
+
+
+def test_signal_cancel_and_retry_write_to_the_database_url(cliapp: Any, other: Any) -> None:
+    url = ("--database-url", other.url)
+
+    waiting = other.pikku.start("approval").run_id
+    assert cli(*A, "signal", waiting, "approve", "1").exit_code == 1  # not in the app's database
+    sent = cli(*A, "signal", waiting, "approve", '{"by": "ops"}', *url)
+    assert sent.exit_code == 0, sent.output
+    assert f"signal 'approve' sent to run {waiting}" in sent.output
+    other.pikku.orchestrate(waiting)  # the deployment's worker takes the wake-up
+    assert ok_json("runs", "show", waiting, *url)["run"]["output"] == {"by": "ops"}
+
+    doomed = other.pikku.start("approval").run_id
+    assert ok_json(*A, "runs", "cancel", doomed, *url)["cancel_requested"] is True
+    other.pikku.orchestrate(doomed)
+    assert ok_json("runs", "show", doomed, *url)["run"]["status"] == "cancelled"
+
+    fragile = other.pikku.start("fragile", "x").run_id
+    drive(other, fragile)
+    other.FAILING.clear()
+    retried = ok_json(*A, "runs", "retry", fragile, *url)
+    assert retried["status"] == "running"
+    assert retried["retried_steps"] == [{"name": "flaky", "next_attempt": 2, "max_attempts": 2}]
+    other.pikku.orchestrate(fragile)
+    drive(other, fragile)
+    assert ok_json("runs", "show", fragile, *url)["run"]["status"] == "completed"
+    assert ok_json(*A, "runs", "list")["runs"] == []  # the app's database saw none of it
+
+
+def test_sweep_of_the_database_url_keeps_the_apps_options(cliapp: Any, other: Any) -> None:
+    cliapp.pikku.start("order", {"a": 1, "b": 1})
+    lost = [other.pikku.start("order", {"a": i, "b": 1}).run_id for i in range(2)]
+    # message_grace is 0 s in the app (pikku's default is 30 s): every step
+    # sent counts as possibly lost, here and in the app's own database.
+    report = ok_json(*A, "sweep", "--once", "--database-url", other.url)
+    assert report["resent"] == 2 and report["skipped"] is False
+    assert ok_json(*A, "sweep", "--once")["resent"] == 1
+    for run_id in lost:
+        [step] = ok_json("runs", "show", run_id, "--database-url", other.url)["steps"]
+        assert step["status"] == "scheduled"
+
+
+SENDING_COMMANDS = [
+    ("runs", "cancel", "{run}"),
+    ("runs", "retry", "{run}"),
+    ("signal", "{run}", "approve"),
+    ("sweep", "--once"),
+]
+
+
+@pytest.mark.parametrize("command", SENDING_COMMANDS)
+def test_commands_that_send_messages_need_the_app_too(other: Any, command: tuple[str, ...]) -> None:
+    run_id = other.pikku.start("approval").run_id
+    args = [part.format(run=run_id) for part in command]
+    result = cli(*args, "--database-url", other.url)
+    assert result.exit_code == 2, result.output
+    assert "--database-url alone is not enough here" in result.output
+    assert "through your Celery app" in result.output
+    assert "pass -A/--app MODULE[:ATTR]" in result.output and "nothing was changed" in result.output
+    shown = ok_json("runs", "show", run_id, "--database-url", other.url)
+    assert shown["run"]["status"] == "running" and shown["run"]["cancel_requested"] is False
+    other.pikku.orchestrate(run_id)  # no signal arrived: the run still waits
+    assert ok_json("runs", "show", run_id, "--database-url", other.url)["run"]["status"] == (
+        "running"
+    )
+
+
+def test_a_command_without_app_or_database_url_names_both(cliapp: Any) -> None:
+    result = cli("runs", "list")
+    assert result.exit_code == 2
+    assert "pass -A/--app MODULE[:ATTR]" in result.output and "--database-url" in result.output
+
+
+URL_SECRET = "pa55-url-secret"
+UNREACHABLE_URL = f"postgresql+psycopg://pikku:{URL_SECRET}@127.0.0.1:9/nowhere"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("runs", "list"),
+        ("runs", "show", UNKNOWN_RUN),
+        ("leases",),
+        (*A, "leases"),
+        (*A, "sweep", "--once"),
+        (*A, "runs", "cancel", UNKNOWN_RUN),
+        (*A, "runs", "retry", UNKNOWN_RUN),
+        (*A, "signal", UNKNOWN_RUN, "approve"),
+    ],
+)
+def test_an_unreachable_database_url_is_one_masked_line_and_exit_2(
+    cliapp: Any, command: tuple[str, ...]
+) -> None:
+    result = cli(*command, "--database-url", UNREACHABLE_URL)
+    assert result.exit_code == 2, result.output
+    assert "unreachable" in result.output and "pikku:***@127.0.0.1:9/nowhere" in result.output
+    assert URL_SECRET not in result.output and "Traceback" not in result.output
+
+
+def test_a_database_url_without_pikkus_tables_is_refused_not_created(
+    cliapp: Any, tmp_path: Path
+) -> None:
+    typo = tmp_path / "typo.db"
+    for command in (("runs", "list"), (*A, "sweep", "--once")):
+        result = cli(*command, "--database-url", f"sqlite:///{typo}")
+        assert result.exit_code == 2, result.output
+        assert "no such SQLite file" in result.output
+        assert f"pikku-celery db upgrade --database-url 'sqlite:///{typo}'" in result.output
+    assert not typo.exists()
+
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    url = f"sqlite:///{empty}"
+    refused = cli("runs", "list", "--database-url", url)
+    assert refused.exit_code == 2 and "tables are missing" in refused.output
+    assert f"pikku-celery db upgrade --database-url '{url}'" in refused.output
+    assert cli("db", "upgrade", "--database-url", url).exit_code == 0
+    assert cli("runs", "list", "--database-url", url).output.strip() == "no runs match"
+
+
+@pytest.mark.parametrize(
+    "url", [f"postgresql+psycopg//pikku:{URL_SECRET}@h/db", f"nosuch://pikku:{URL_SECRET}@h/db"]
+)
+def test_an_unusable_database_url_is_a_clean_error(cliapp: Any, url: str) -> None:
+    result = cli("runs", "list", "--database-url", url)
+    assert result.exit_code == 2, result.output
+    assert "--database-url: cannot" in result.output
+    assert URL_SECRET not in result.output and "Traceback" not in result.output
+
+
 # --- help --------------------------------------------------------------------
 
 
@@ -604,3 +855,21 @@ def test_every_command_has_help() -> None:
             assert isinstance(command, click.Group)
             command = command.get_command(ctx, part)
         assert command is not None and command.help, path
+
+
+def test_every_command_takes_the_database_url() -> None:
+    leaves = [p for p in _commands(main) if not isinstance(_command(p), click.Group)]
+    assert len(leaves) == 10
+    for path in leaves:
+        result = cli(*path, "--help")
+        assert result.exit_code == 0, path
+        assert "--database-url URL" in result.output and "PIKKU_DATABASE_URL" in result.output, path
+
+
+def _command(path: tuple[str, ...]) -> click.Command | None:
+    ctx = click.Context(main)
+    command: click.Command | None = main
+    for part in path:
+        assert isinstance(command, click.Group)
+        command = command.get_command(ctx, part)
+    return command
