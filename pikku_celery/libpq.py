@@ -39,6 +39,16 @@ from psycopg import pq
 from psycopg.adapt import Transformer
 from psycopg.errors import error_from_result
 
+from .sql.compat import (
+    checkin_without_rollback,
+    connection_has_listeners,
+    connection_logs_statements,
+    engine_has_listeners,
+    engine_logs_statements,
+    raise_connect_error,
+    raise_dbapi_error,
+)
+
 _BIND = re.compile(r"%\((\w+)\)s|%%")
 
 _IDLE = pq.TransactionStatus.IDLE
@@ -239,7 +249,7 @@ def run_direct(
     transaction left open on the connection). Driver errors come out as
     SQLAlchemy would raise them.
     """
-    if conn._echo or _traced(conn):
+    if connection_logs_statements(conn) or _traced(conn):
         # Tracing or SQL logging: SQLAlchemy fires the events and logs.
         return None
     try:
@@ -248,7 +258,7 @@ def run_direct(
         # What SQLAlchemy does with a driver error outside an execution
         # context: the same exception types, the connection (and on a
         # disconnect the pool) invalidated, handle_error events fired.
-        conn._handle_dbapi_exception(err, stmt.sql, dict(params), None, None)
+        raise_dbapi_error(conn, err, stmt.sql, dict(params), None)
         raise AssertionError("unreachable") from err  # pragma: no cover - it always raises
     except BaseException as err:
         # Not the database's: an exception from a signal handler (Ctrl-C,
@@ -273,13 +283,13 @@ def run_pooled(
     statement runs through a ``Connection`` as before, so they see it.
     None: this call takes the general path instead.
     """
-    if engine._has_events or engine._should_log_info():
+    if engine_has_listeners(engine) or engine_logs_statements(engine):
         with engine.connect() as conn:
             return run_direct(conn, stmt, params)
     try:
         fairy = engine.raw_connection()
     except psycopg.Error as err:  # cannot connect: raised as engine.connect() would
-        sa.Connection._handle_dbapi_exception_noconnection(err, engine.dialect, engine)
+        raise_connect_error(err, engine)
         raise AssertionError("unreachable") from err  # pragma: no cover - it always raises
     try:
         rows = _rows_on(fairy, stmt, params)
@@ -288,14 +298,14 @@ def run_pooled(
         # (and on a disconnect the pool) invalidated; closing the Connection
         # returns it to the pool.
         with sa.Connection(engine, fairy) as conn:
-            conn._handle_dbapi_exception(err, stmt.sql, dict(params), None, None)
+            raise_dbapi_error(conn, err, stmt.sql, dict(params), None)
         raise AssertionError("unreachable") from err  # pragma: no cover - it always raises
     except BaseException as err:
         fairy.invalidate(err)  # a signal mid-statement: its line is in an unknown state
         raise
     state: PgConnection = fairy.info[STATE_KEY]
     if rows is not None and state.pgconn.transaction_status == _IDLE:
-        fairy._close_special(transaction_reset=True)  # nothing to roll back
+        checkin_without_rollback(fairy)  # nothing to roll back
     else:
         fairy.close()
     return rows
@@ -322,7 +332,7 @@ def _traced(conn: sa.Connection) -> bool:
     Other events do not count: an engine made with
     ``execution_options(isolation_level=...)`` listens for ``engine_connect``.
     """
-    if not (conn._has_events or conn.engine._has_events):
+    if not (connection_has_listeners(conn) or engine_has_listeners(conn.engine)):
         return False
     d = conn.dispatch
     return bool(

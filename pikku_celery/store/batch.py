@@ -27,6 +27,7 @@ from pymysql.converters import escape_item
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from ..db import CLEAN_AFTER_BATCH
+from ..sql.compat import raise_dbapi_error
 
 MULTI_STATEMENTS: int = CLIENT.MULTI_STATEMENTS
 
@@ -118,7 +119,7 @@ def run_batch(
         # SQLAlchemy's own handling, as for a statement it ran: the same
         # exception types, a rollback, handle_error events, and on a
         # disconnect the connection (and pool) invalidated.
-        conn._handle_dbapi_exception(exc, batch.sql, params, cursor, None)
+        raise_dbapi_error(conn, exc, batch.sql, params, cursor)
     finally:
         with contextlib.suppress(Exception):  # a dead connection cannot drain its results
             cursor.close()

@@ -1,0 +1,1 @@
+"""The SQL layer's shared pieces: engines, runners, compatibility with SQLAlchemy."""
