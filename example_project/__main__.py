@@ -18,7 +18,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported for real inside main(), once the environment is set
+    from rich.console import Console
+
+    from pikku_celery import Pikku, RunHandle
+
+    # The demo's runs by order id: shop.fulfil_order's handles, typed by its output.
+    Runs = dict[int, RunHandle[dict[str, Any]]]
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -126,9 +134,9 @@ def _safe(url: str) -> str:
 
 
 def _watch(
-    console: Any,
-    pikku: Any,
-    runs: dict[int, Any],
+    console: Console,
+    pikku: Pikku,
+    runs: Runs,
     worker: subprocess.Popen[bytes],
     kill_mark: Path,
     killed: dict[str, Any],
@@ -177,7 +185,7 @@ def _stop(worker: subprocess.Popen[bytes]) -> None:
         worker.wait(5)
 
 
-def _rows(pikku: Any, runs: dict[int, Any], killed: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(pikku: Pikku, runs: Runs, killed: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for order_id, handle in runs.items():
         run = handle.state()
@@ -206,7 +214,7 @@ def _rows(pikku: Any, runs: dict[int, Any], killed: dict[str, Any]) -> list[dict
 
 
 def _table(
-    console: Any, rows: list[dict[str, Any]], elapsed: float, killed: dict[str, Any]
+    console: Console, rows: list[dict[str, Any]], elapsed: float, killed: dict[str, Any]
 ) -> None:
     from rich.table import Table
 

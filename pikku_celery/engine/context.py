@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, overload
+
+from typing_extensions import TypeVar
 
 from ..errors import (
     SignalTimeoutError,
@@ -40,14 +42,26 @@ from .limits import Limits, PassBudgetSpent
 if TYPE_CHECKING:
     from .workflow import Workflow
 
+# What a joined handle gives: Any for a task step (a Celery task's result type
+# is unknown, and it comes back through JSON), the child workflow's output
+# type for a child step. Covariant, so handles of different types gather into
+# a list of their join; a bare ``StepHandle`` is ``StepHandle[Any]``.
+Value = TypeVar("Value", covariant=True, default=Any)
+_T = TypeVar("_T")
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
 
 class Suspend(BaseException):
     """Ends a pass: the run waits for something in flight."""
 
 
 @dataclass
-class StepHandle:
-    """A step put in flight by ``step_async``/``child_async``; join with ``gather``."""
+class StepHandle(Generic[Value]):
+    """A step put in flight by ``step_async``/``child_async``; join with ``gather``.
+
+    ``Value`` is what ``gather`` returns for it (only the type checker sees it).
+    """
 
     name: str
 
@@ -75,7 +89,7 @@ class Context:
         view: RunView,
         resolve_task: Callable[[Any], str],
         task_queue: Callable[..., str | None],
-        lookup_workflow: Callable[[str | Workflow], Workflow],
+        lookup_workflow: Callable[[str | Workflow[Any, Any]], Workflow[Any, Any]],
         limits: Limits | None = None,
     ) -> None:
         self._view = view
@@ -149,6 +163,8 @@ class Context:
     ) -> JSON:
         """Run ``task`` as a step and return its result (recorded after the first run).
 
+        The result is typed Any: Celery's tasks carry no type hints, and a
+        result is read back from JSON (a tuple comes back a list).
         ``queue``, ``exchange``, ``routing_key`` and ``priority`` route the
         step's message over the task's own route (as ``apply_async`` does);
         they never reach the task. Raises :class:`StepFailedError` once its
@@ -182,7 +198,7 @@ class Context:
         routing_key: str | None = None,
         priority: int | None = None,
         **kwargs: Any,
-    ) -> StepHandle:
+    ) -> StepHandle[Any]:
         """Put a step in flight without waiting; join it with :meth:`gather`.
 
         Takes the routing options of :meth:`step`."""
@@ -225,8 +241,22 @@ class Context:
         return StepHandle(name)
 
     # --- joining ---------------------------------------------------------------
-    def gather(self, *handles: StepHandle, return_exceptions: bool = False) -> list[Any]:
+    @overload
+    def gather(
+        self, *handles: StepHandle[_T], return_exceptions: Literal[False] = False
+    ) -> list[_T]: ...
+
+    @overload
+    def gather(
+        self, *handles: StepHandle[_T], return_exceptions: bool
+    ) -> list[_T | StepFailedError]: ...
+
+    def gather(self, *handles: StepHandle[Any], return_exceptions: bool = False) -> list[Any]:
         """Wait until every handle's step settled; results in order.
+
+        Typed as a list of the handles' common type (a child's output type,
+        Any for task steps), with :class:`StepFailedError` in it when
+        ``return_exceptions`` may be true.
 
         The first failure (in order) is raised as :class:`StepFailedError`,
         or returned in its place with ``return_exceptions=True``.
@@ -320,12 +350,37 @@ class Context:
         raise Suspend
 
     # --- child workflows ----------------------------------------------------------
-    def child(self, name: str, workflow: str | Workflow, input: JSON = None) -> JSON:
+    @overload
+    def child(self, name: str, workflow: Workflow[_In, _Out], input: _In) -> _Out: ...
+
+    @overload
+    def child(self, name: str, workflow: Workflow[None, _Out]) -> _Out: ...
+
+    @overload
+    def child(self, name: str, workflow: str, input: JSON = None) -> JSON: ...
+
+    def child(self, name: str, workflow: str | Workflow[Any, Any], input: JSON = None) -> JSON:
         """Run a child workflow and return its output; its failure raises
-        :class:`StepFailedError` here."""
+        :class:`StepFailedError` here.
+
+        Given a :class:`Workflow` (not its name), ``input`` is checked against
+        its input type and the output typed as its output."""
         return self.gather(self.child_async(name, workflow, input))[0]
 
-    def child_async(self, name: str, workflow: str | Workflow, input: JSON = None) -> StepHandle:
+    @overload
+    def child_async(
+        self, name: str, workflow: Workflow[_In, _Out], input: _In
+    ) -> StepHandle[_Out]: ...
+
+    @overload
+    def child_async(self, name: str, workflow: Workflow[None, _Out]) -> StepHandle[_Out]: ...
+
+    @overload
+    def child_async(self, name: str, workflow: str, input: JSON = None) -> StepHandle[Any]: ...
+
+    def child_async(
+        self, name: str, workflow: str | Workflow[Any, Any], input: JSON = None
+    ) -> StepHandle[Any]:
         """Start a child run without waiting; join it with :meth:`gather`."""
         step = self._reach(name, StepKind.CHILD)
         if step is None:

@@ -9,13 +9,13 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ..errors import IdempotencyKeyReusedError, InvalidRunIdError, RunSettledError
 from ..lease.base import LeaseService
 from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
-from ..store.base import WorkflowStore
+from ..store.base import StoreCapabilities, WorkflowStore
 from ..store.model import JSON, NewRun, RunState
 from .dispatcher import Dispatcher
 from .execute import StepBody, execute_step
@@ -24,9 +24,15 @@ from .keeper import StepLeaseKeeper
 from .limits import Limits
 from .orchestrate import advance, orchestrate
 from .sweep import SweepReport, sweep
-from .workflow import Workflow, WorkflowFunction, WorkflowRegistry
+from .workflow import Workflow, WorkflowDecorator, WorkflowFunction, WorkflowRegistry
+
+if TYPE_CHECKING:
+    from .context import Context
 
 log = logging.getLogger(__name__)
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 
 def parse_run_id(run_id: str) -> str:
@@ -67,6 +73,7 @@ class WorkflowEngine:
         pass_max_calls: int = Limits.pass_max_calls,
     ) -> None:
         self.store = store
+        self._capabilities = StoreCapabilities(store)
         self.leases = leases
         self.dispatcher = dispatcher
         self.registry = WorkflowRegistry()
@@ -98,6 +105,15 @@ class WorkflowEngine:
         self._warn_lock = threading.Lock()
 
     @property
+    def capabilities(self) -> StoreCapabilities:
+        """What the store can do beyond the port (transactional steps, settle
+        notices), found once per store (a test may swap the store in)."""
+        found = self._capabilities
+        if found.store is not self.store:
+            found = self._capabilities = StoreCapabilities(self.store)
+        return found
+
+    @property
     def worker_id(self) -> str:
         """Who holds a lease: host and process (recomputed after fork)."""
         if self._worker_id:
@@ -109,19 +125,28 @@ class WorkflowEngine:
 
     # --- defining ------------------------------------------------------------
     @overload
-    def workflow(self, fn: WorkflowFunction, *, name: str | None = None) -> Workflow: ...
+    def workflow(
+        self, fn: Callable[[Context, _In], _Out], *, name: str | None = None
+    ) -> Workflow[_In, _Out]: ...
 
     @overload
     def workflow(
-        self, fn: None = None, *, name: str | None = None
-    ) -> Callable[[WorkflowFunction], Workflow]: ...
+        self, fn: Callable[[Context], _Out], *, name: str | None = None
+    ) -> Workflow[None, _Out]: ...
+
+    @overload
+    def workflow(self, fn: None = None, *, name: str | None = None) -> WorkflowDecorator: ...
 
     def workflow(
         self, fn: WorkflowFunction | None = None, *, name: str | None = None
-    ) -> Workflow | Callable[[WorkflowFunction], Workflow]:
-        """Register a workflow body ``fn(ctx, input)``; usable bare or with ``name=``."""
+    ) -> Workflow[Any, Any] | WorkflowDecorator:
+        """Register a workflow body ``fn(ctx, input)``; usable bare or with ``name=``.
 
-        def register(f: WorkflowFunction) -> Workflow:
+        Typed from ``fn``: ``fn(ctx, input: In) -> Out`` gives a
+        ``Workflow[In, Out]``, ``fn(ctx) -> Out`` a ``Workflow[None, Out]``.
+        """
+
+        def register(f: WorkflowFunction) -> Workflow[Any, Any]:
             wf = Workflow(self, f, name or f"{f.__module__}.{f.__qualname__}")
             self.registry.add(wf)
             return wf
@@ -129,10 +154,36 @@ class WorkflowEngine:
         return register(fn) if fn is not None else register
 
     # --- starting and steering -----------------------------------------------
+    @overload
     def start(
-        self, workflow: str | Workflow, input: JSON = None, *, idempotency_key: str | None = None
-    ) -> RunHandle:
+        self,
+        workflow: Workflow[_In, _Out],
+        input: _In,
+        *,
+        idempotency_key: str | None = None,
+    ) -> RunHandle[_Out]: ...
+
+    @overload
+    def start(
+        self, workflow: Workflow[None, _Out], *, idempotency_key: str | None = None
+    ) -> RunHandle[_Out]: ...
+
+    @overload
+    def start(
+        self, workflow: str, input: JSON = None, *, idempotency_key: str | None = None
+    ) -> RunHandle[Any]: ...
+
+    def start(
+        self,
+        workflow: str | Workflow[Any, Any],
+        input: JSON = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> RunHandle[Any]:
         """Record a new run and take its first pass right here.
+
+        Given a :class:`Workflow`, ``input`` is checked against its input type
+        and the handle is typed with its output; given a name, neither is known.
 
         Input that is not JSON (or too large) is refused before anything is
         written, naming the offending value's path. An ``idempotency_key``
@@ -152,7 +203,7 @@ class WorkflowEngine:
             raise IdempotencyKeyReusedError(wf.name, idempotency_key, run.id)
         return RunHandle(self, run.id)
 
-    def handle(self, run_id: str) -> RunHandle:
+    def handle(self, run_id: str) -> RunHandle[Any]:
         """A :class:`RunHandle` for a run id (checked to be a run id, not looked up)."""
         return RunHandle(self, parse_run_id(run_id))
 
@@ -203,8 +254,8 @@ class WorkflowEngine:
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether the store calls ``exc`` passing (a lost connection, a restart)."""
-        check = getattr(self.store, "is_transient", None)
-        return bool(callable(check) and check(exc))
+        check = self.capabilities.transient
+        return check is not None and check.is_transient(exc)
 
     def sweep(self, limit: int = 200) -> SweepReport:
         """One sweep now: what beat runs every ``sweep_interval`` seconds."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +13,7 @@ from ..errors import (
     WorkflowStepSupersededError,
 )
 from ..payload import check_json
+from ..retry import RetryPolicy
 from ..store.model import JSON, AdvanceResult, StepOutcome, StepState, StepStatus
 from ..store.rules import LEASE_BOUND_FACTOR, lease_lapsed
 from .orchestrate import advance
@@ -94,17 +94,14 @@ def _advance_retrying(
 ) -> AdvanceResult | None:
     """Write the outcome, waiting out a store outage of up to ``outcome_retry``
     seconds: the work is done, and losing its outcome would spend an attempt."""
-    deadline = time.monotonic() + engine.outcome_retry
-    pause = 0.1
-    while True:
-        try:
-            return advance(engine, run_id, outcome, reason="step")
-        except Exception as exc:
-            if not engine.is_transient(exc) or time.monotonic() >= deadline:
-                raise
-            log.warning("store unavailable while recording step outcome; retrying: %s", exc)
-            time.sleep(pause)  # the worker has nothing else to do for this step
-            pause = min(pause * 2, 2.0)
+    policy = RetryPolicy(within=engine.outcome_retry, first_pause=0.1, max_pause=2.0)
+    return policy.call(
+        lambda: advance(engine, run_id, outcome, reason="step"),
+        engine.is_transient,
+        lambda exc: log.warning(
+            "store unavailable while recording step outcome; retrying: %s", exc
+        ),
+    )
 
 
 def _wants_transaction(body: StepBody, step: StepState) -> bool:
@@ -120,15 +117,15 @@ def _run_in_transaction(
     Returns the outcome and whether it is already committed. A body that
     raises rolls its writes back and is recorded as a failure as usual.
     """
-    in_transaction = getattr(engine.store, "complete_in_transaction", None)
-    if in_transaction is None:
+    store = engine.capabilities.transactional
+    if store is None:
         err = PikkuError(
             f"step {step.name!r} is transactional, which needs a SQL store "
             "(its writes share the store's transaction)"
         )
         return StepOutcome(step.id, step.attempt, ok=False, error=error_info(err)), False
     try:
-        result = in_transaction(
+        result = store.complete_in_transaction(
             step.id, step.attempt, lambda conn: run_with_connection(conn, lambda: body(step))
         )
     except WorkflowStepSupersededError:

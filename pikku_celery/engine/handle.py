@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from ..errors import (
     RunNotFoundError,
@@ -17,6 +19,10 @@ from ..store.model import JSON, AttemptState, RunState, RunStatus, StepState
 if TYPE_CHECKING:
     from .core import WorkflowEngine
 
+# The run's output type (the workflow's ``Out``); a bare ``RunHandle``, as
+# ``engine.handle(run_id)`` returns, is ``RunHandle[Any]``.
+Out = TypeVar("Out", covariant=True, default=Any)
+
 
 @dataclass(frozen=True)
 class StepHistory:
@@ -26,8 +32,13 @@ class StepHistory:
     attempts: list[AttemptState]
 
 
-class RunHandle:
-    """A started run, by id: its state, its steps, and waiting for its outcome."""
+class RunHandle(Generic[Out]):
+    """A started run, by id: its state, its steps, and waiting for its outcome.
+
+    ``Workflow[In, Out].start`` returns a ``RunHandle[Out]``: ``wait`` and
+    ``result`` are typed as the workflow function's return type. (The output
+    is read back from JSON, so that holds for JSON-shaped types.)
+    """
 
     def __init__(self, engine: WorkflowEngine, run_id: str) -> None:
         self.engine = engine
@@ -47,7 +58,7 @@ class RunHandle:
         """The run's current status (a fresh read of the store)."""
         return self.state().status
 
-    def wait(self, timeout: float | None = None) -> JSON:
+    def wait(self, timeout: float | None = None) -> Out:
         """The run's output once it completes.
 
         Raises :class:`WorkflowFailedError` / :class:`WorkflowCancelledError`
@@ -57,16 +68,17 @@ class RunHandle:
         50 ms. Either way a short run is not slowed by the wait itself.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        listener = getattr(self.engine.store, "settled_listener", None)
-        if listener is not None:
-            with listener(self.run_id) as wait_settled:
+        notices = self.engine.capabilities.settle
+        if notices is not None:
+            with notices.settled_listener(self.run_id) as wait_settled:
                 if wait_settled is not None:
                     return self._wait_notified(wait_settled, deadline, timeout)
         delay = 0.001
         while True:
             run = self.state()
             if run.status.terminal:
-                return _outcome(run)
+                output: Out = _outcome(run)
+                return output
             if deadline is not None and time.monotonic() >= deadline:
                 raise WorkflowTimeoutError(
                     f"workflow run {self.run_id} still {run.status} after {timeout} s"
@@ -77,12 +89,13 @@ class RunHandle:
 
     def _wait_notified(
         self, wait_settled: Any, deadline: float | None, timeout: float | None
-    ) -> JSON:
+    ) -> Out:
         """Wait on the store's settle notifications, re-reading at least every second."""
         while True:
             run = self.state()
             if run.status.terminal:
-                return _outcome(run)
+                output: Out = _outcome(run)
+                return output
             left = 1.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise WorkflowTimeoutError(
@@ -90,9 +103,10 @@ class RunHandle:
                 )
             wait_settled(min(1.0, left))
 
-    def result(self) -> JSON:
+    def result(self) -> Out:
         """The output of a settled run (raises like :meth:`wait` otherwise)."""
-        return _outcome(self.state())
+        output: Out = _outcome(self.state())
+        return output
 
     def cancel(self) -> RunState:
         """Ask the run (and its children) to end as cancelled; a settled run refuses."""

@@ -1,5 +1,8 @@
 """The workflow store: runs, steps and attempts, with fenced outcomes."""
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .base import Decide, WorkflowStore
 from .memory import InMemoryWorkflowStore
 from .model import (
@@ -21,7 +24,11 @@ from .model import (
     StepStatus,
     step_id_for,
 )
-from .sql import SQLWorkflowStore
+
+if TYPE_CHECKING:
+    from .sql import SQLWorkflowStore
+
+_LAZY = {"SQLWorkflowStore": ".sql"}
 
 __all__ = [
     "JSON",
@@ -46,3 +53,13 @@ __all__ = [
     "WorkflowStore",
     "step_id_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The SQL store, on first use (PEP 562): importing the package loads no SQLAlchemy."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

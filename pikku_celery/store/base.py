@@ -8,7 +8,8 @@ orchestration pass's single transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 from .model import (
     JSON,
@@ -181,3 +182,46 @@ class WorkflowStore(Protocol):
         sweep_count``, at most ``max_backoff_ms``); a pass resets it. True if
         the caller should wake the run."""
         ...
+
+
+# --- what some stores can do besides (checked once, when the engine is built) ---
+@runtime_checkable
+class TransientErrors(Protocol):
+    """A store that tells a passing failure (a lost connection) from a lasting one."""
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is worth retrying the call for."""
+        ...
+
+
+@runtime_checkable
+class TransactionalSteps(Protocol):
+    """A store whose steps' own writes can commit with their outcome."""
+
+    def complete_in_transaction(
+        self, step_id: str, attempt: int, body: Callable[[Any], JSON]
+    ) -> JSON:
+        """Run ``body(connection)`` and the fenced success write in one transaction."""
+        ...
+
+
+@runtime_checkable
+class SettleNotices(Protocol):
+    """A store that can tell a waiter the moment a run settles."""
+
+    def settled_listener(
+        self, run_id: str
+    ) -> AbstractContextManager[Callable[[float], None] | None]:
+        """Registered before the caller reads the run: ``wait(timeout)`` returns
+        when a pass settles it (None: no notices now; poll)."""
+        ...
+
+
+class StoreCapabilities:
+    """What a store can do beyond the port, found once from its type."""
+
+    def __init__(self, store: WorkflowStore) -> None:
+        self.store = store
+        self.transient = store if isinstance(store, TransientErrors) else None
+        self.transactional = store if isinstance(store, TransactionalSteps) else None
+        self.settle = store if isinstance(store, SettleNotices) else None
