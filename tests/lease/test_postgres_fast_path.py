@@ -22,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.lease import SQLLeaseService
+from pikku_celery.lease.sql_postgres import PostgresLeaseService
 from pikku_celery.libpq import STATE_KEY
 from tests.helpers import wait_until
 from tests.lease.conftest import exercise, new_key
@@ -67,7 +68,7 @@ def pg(
 
 
 def test_operations_run_as_prepared_statements(pg: PgService) -> None:
-    assert pg.svc._pg is not None
+    assert isinstance(pg.svc, PostgresLeaseService) and pg.svc.on_libpq
     exercise(pg.svc)
     assert len(pg.prepared()) == 4  # acquire, refresh, release, get
 

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from pikku_celery.store import RunState, RunStatus
-from pikku_celery.store.sql import (
+from pikku_celery.store.kept_views import (
     CLAIM_VIEWS_KEPT,
     PASSED_INPUT_BYTES,
     PASSED_KEPT,
-    _Passed,
-    _PassedRuns,
-    _remember,
+    Passed,
+    PassedRuns,
+    remember,
 )
 
 
@@ -62,43 +62,43 @@ def test_threads_keeping_views_at_the_limit_never_fail(frequent_switches: None) 
 
     def keep(n: int) -> None:
         for i in range(100_000):
-            _remember(views, (n, i), i)
+            remember(views, (n, i), i)
 
     assert race(keep) == []
     assert len(views) <= CLAIM_VIEWS_KEPT + THREADS  # trimmed, give or take a race
 
 
-def passed(size: int) -> _Passed:
+def passed(size: int) -> Passed:
     run = RunState(id="r", workflow="wf", status=RunStatus.RUNNING, input=None)
-    return _Passed(run, [], size)
+    return Passed(run, [], size)
 
 
 def test_passed_runs_keep_at_most_their_count_oldest_first() -> None:
-    memo = _PassedRuns()
+    memo = PassedRuns()
     for i in range(PASSED_KEPT + 10):
         memo.put(f"s{i}", passed(1))
     assert [memo.take(f"s{i}") for i in range(10)] == [None] * 10  # pushed out
     assert all(memo.take(f"s{i}") is not None for i in range(10, PASSED_KEPT + 10))
-    assert memo._input_bytes == 0
+    assert memo.input_bytes == 0
 
 
 def test_passed_runs_keep_at_most_their_inputs_bytes() -> None:
-    memo = _PassedRuns()
+    memo = PassedRuns()
     big = PASSED_INPUT_BYTES // 4
     for i in range(6):
         memo.put(f"s{i}", passed(big))
     assert memo.take("s0") is None and memo.take("s1") is None  # pushed out by bytes
-    assert memo._input_bytes == 4 * big
+    assert memo.input_bytes == 4 * big
     memo.put("huge", passed(PASSED_INPUT_BYTES * 2))  # alone over budget: kept alone
     assert memo.take("s5") is None
     assert memo.take("huge") is not None
-    assert memo._input_bytes == 0
+    assert memo.input_bytes == 0
 
 
 def test_threads_putting_and_taking_passed_runs_keep_the_count_of_bytes(
     frequent_switches: None,
 ) -> None:
-    memo = _PassedRuns()
+    memo = PassedRuns()
 
     def work(n: int) -> None:
         for i in range(20_000):
@@ -107,15 +107,15 @@ def test_threads_putting_and_taking_passed_runs_keep_the_count_of_bytes(
                 memo.take(f"{n}-{i - 1}")
 
     assert race(work) == []
-    assert len(memo._kept) <= PASSED_KEPT
-    assert memo._input_bytes == sum(p.input_size for p in memo._kept.values())
+    assert len(memo) <= PASSED_KEPT
+    assert memo.input_bytes == memo.counted_bytes()
 
 
 def test_a_passed_run_kept_again_for_the_same_step_is_counted_once() -> None:
-    memo = _PassedRuns()
+    memo = PassedRuns()
     memo.put("s", passed(10))
     memo.put("s", passed(30))  # a pass of the same step again (its retry)
-    assert memo._input_bytes == 30
+    assert memo.input_bytes == 30
     taken = memo.take("s")
     assert taken is not None and taken.input_size == 30
-    assert memo._input_bytes == 0
+    assert memo.input_bytes == 0

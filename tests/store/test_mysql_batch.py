@@ -18,7 +18,7 @@ from pikku_celery.store import AttemptStatus, StepStatus
 from pikku_celery.store.batch import Batch, in_transaction, run_batch
 from pikku_celery.store.schema import step_table
 from pikku_celery.store.sql import SQLWorkflowStore
-from pikku_celery.store.statements import statements
+from pikku_celery.store.sql_mysql import MySQLWorkflowStore
 from tests.store.conftest import wipe
 from tests.store.support import LONG, SHORT, TASK, lapse, make_tasks
 
@@ -26,24 +26,24 @@ from tests.store.support import LONG, SHORT, TASK, lapse, make_tasks
 @pytest.fixture(params=["batched-inline", "batched-session-variable", "one-by-one"])
 def mysql_store(
     request: pytest.FixtureRequest, store_mysql_engine: sa.Engine
-) -> Iterator[SQLWorkflowStore]:
+) -> Iterator[MySQLWorkflowStore]:
     """MariaDB's batches read ROW_COUNT() inline; MySQL's keep it in a session
     variable first: both forms run here on MariaDB."""
     wipe(store_mysql_engine)
     if request.param.startswith("batched"):
-        store = SQLWorkflowStore(store_mysql_engine)
+        store = MySQLWorkflowStore(store_mysql_engine)
         store.prepare()  # learns that the connection takes batches
+        assert store.batched
         if request.param == "batched-session-variable":
-            st, d = statements("mysql"), store_mysql_engine.dialect
-            store._claim_batch = Batch(d, st.mysql_claim_batch(False))
-            store._outcome_batches = {
-                kind: Batch(d, st.mysql_outcome_batch(kind, False)) for kind in st.fenced
-            }
+            store.use_batches(inline_row_count=False)
         yield store
         return
     plain = sa.create_engine(store_mysql_engine.url, pool_size=2)
     try:
-        yield SQLWorkflowStore(plain)
+        unbatched = MySQLWorkflowStore(plain)
+        unbatched.prepare()
+        assert not unbatched.batched
+        yield unbatched
     finally:
         plain.dispose()
 
@@ -54,10 +54,12 @@ def test_engines_from_make_engine_batch_and_plain_ones_do_not(
     plain = sa.create_engine(store_mysql_engine.url)
     try:
         batched, unbatched = SQLWorkflowStore(store_mysql_engine), SQLWorkflowStore(plain)
+        assert isinstance(batched, MySQLWorkflowStore)
+        assert isinstance(unbatched, MySQLWorkflowStore)
         batched.prepare()
         unbatched.prepare()
-        assert batched._claim_batch is not None
-        assert unbatched._claim_batch is None
+        assert batched.batched
+        assert not unbatched.batched
     finally:
         plain.dispose()
 

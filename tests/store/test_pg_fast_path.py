@@ -24,6 +24,7 @@ import sqlalchemy as sa
 
 from pikku_celery.errors import StoreError
 from pikku_celery.libpq import PgConnection, PgStatement
+from pikku_celery.sql.runner import LibpqRunner
 from pikku_celery.store import AdvanceResult, Decision, NewRun, RunView, StepOutcome, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore
 from tests.services import terminate_backend
@@ -36,19 +37,19 @@ def store(pg_one_store: SQLWorkflowStore) -> SQLWorkflowStore:
     return pg_one_store
 
 
-def compiled(store: SQLWorkflowStore, stmt: Any) -> PgStatement:
-    """One of the store's statements as the fast path runs it (same name, same SQL)."""
-    assert store._direct is not None
-    return PgStatement.compile(stmt, store.engine.dialect)
+def compiled(store: SQLWorkflowStore, name: str) -> PgStatement:
+    """The store's statement ``name`` as the fast path runs it (same name, same SQL)."""
+    assert isinstance(store.runner, LibpqRunner)
+    return PgStatement.compile(store.statements.named()[name], store.engine.dialect)
 
 
 def claim_sql(store: SQLWorkflowStore) -> PgStatement:
-    return compiled(store, store._st.pg_claim_view)
+    return compiled(store, "claim_view")
 
 
 def pass_sql(store: SQLWorkflowStore) -> PgStatement:
     """The pass a completed step and one new step make (``cycle``'s)."""
-    return compiled(store, store._st.pg_pass("complete", True, False))
+    return compiled(store, "pass_write[complete,step]")
 
 
 def decide(view: RunView) -> Decision:
@@ -232,7 +233,7 @@ def test_a_run_is_created_and_read_by_prepared_statements_in_one_round_trip_each
     read, wire = on_wire(store.engine, lambda: store.get_run(made[0].id))
     assert read == made[0] and round_trips(wire) == 1
     names = prepared(store.engine)
-    made, read = compiled(store, store._st.run_insert_returning), compiled(store, store._st.run_get)
+    made, read = compiled(store, "run_insert_returning"), compiled(store, "run_get")
     assert {made.name.decode(), read.name.decode()} <= names
 
 

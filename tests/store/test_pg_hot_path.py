@@ -43,7 +43,7 @@ from pikku_celery.store import (
 )
 from pikku_celery.store.settle import SETTLED_CHANNEL
 from pikku_celery.store.sql import SQLWorkflowStore
-from pikku_celery.store.statements import CLAIM_VIEW_STEPS
+from pikku_celery.store.statements_postgres import CLAIM_VIEW_STEPS
 from tests.store.conftest import one_connection_store
 from tests.store.support import TASK, claim, make_tasks, names, race, task
 from tests.store.wire import data_rows, longest_row, ok, on_wire, round_trips, warm_up

@@ -1,0 +1,84 @@
+"""One statement, its rows: the interface the SQL store and lease service run through.
+
+Behind it sit plain SQLAlchemy (every dialect), the libpq prepared-statement
+path (PostgreSQL over psycopg: :mod:`pikku_celery.libpq`) and MySQL's
+multi-statement batches (:mod:`pikku_celery.store.batch`). Callers never
+know which ran: errors are SQLAlchemy's either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    from ..libpq import PgStatement
+
+
+class Runner(Protocol):
+    """Runs one statement on its own (autocommit, or a transaction of its own)."""
+
+    def rows(self, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:
+        """The statement's rows (attribute access and ``_mapping``, as SQLAlchemy's)."""
+        ...
+
+
+class SQLAlchemyRunner:
+    """Through SQLAlchemy's ordinary path, each statement in its own transaction
+    (or in autocommit when ``engine`` carries that isolation level)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+
+    def rows(self, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:
+        """The statement's rows, in a transaction of its own."""
+        with self.engine.begin() as conn:
+            return conn.execute(statement, params).all()
+
+
+class Row:
+    """A row of the libpq path: attribute access and ``_mapping``, as SQLAlchemy's rows."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, mapping: dict[str, Any]) -> None:
+        self._mapping = mapping
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._mapping[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class LibpqRunner:
+    """PostgreSQL over psycopg: each statement compiled once and run as a
+    prepared statement straight on libpq; a call the fast path cannot take
+    (listeners to notify, a connection in an odd state) goes to ``fallback``."""
+
+    def __init__(self, engine: sa.Engine, fallback: Runner) -> None:
+        # Imported here: psycopg is loaded only by stores that use it.
+        from ..libpq import PgStatement, run_pooled
+
+        self.engine = engine
+        self.fallback = fallback
+        self._compile = PgStatement.compile
+        self._run = run_pooled
+        # By the statement's identity: statements are built once.
+        self._compiled: dict[int, tuple[Any, PgStatement]] = {}
+
+    def rows(self, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:
+        """The statement's rows, as a prepared statement on libpq where it can."""
+        found = self._compiled.get(id(statement))
+        if found is None or found[0] is not statement:
+            compiled = self._compile(statement, self.engine.dialect)
+            found = self._compiled[id(statement)] = (statement, compiled)
+        compiled = found[1]
+        rows = self._run(self.engine, compiled, params)
+        if rows is None:
+            return self.fallback.rows(statement, params)
+        names = compiled.columns  # the result's, kept on the statement by its first run
+        assert names is not None
+        return [Row(dict(zip(names, values, strict=True))) for values in rows]

@@ -1,0 +1,160 @@
+"""A run, a step and an attempt as rows, and back: how the SQL store keeps them.
+
+A stored value that is not JSON (a row edited by hand) is reported with the
+column it sits in (:func:`pikku_celery.payload.read_stored`), never returned
+half-read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..payload import read_stored
+from .model import (
+    AttemptState,
+    AttemptStatus,
+    NewRun,
+    RunState,
+    RunStatus,
+    StepKind,
+    StepState,
+    StepStatus,
+)
+from .schema import step_table
+
+STEP_COLUMNS = tuple(c.name for c in step_table.c)
+
+# --- rows -> values ----------------------------------------------------------
+# Where a stored value that is not JSON sits (payload.read_stored formats it
+# only for such a value).
+_RUN_COLUMN = "run {} column {}"
+_STEP_COLUMN = "run {} step {!r} column {}"
+_ATTEMPT_COLUMN = "attempt {} of step {} column {}"
+
+
+def run_from(row: Any, prefix: str = "") -> RunState:
+    """The run in ``row`` (its columns named ``prefix`` + column)."""
+    m = row._mapping
+    p = prefix
+    run_id = m[p + "id"]
+    return RunState(
+        id=run_id,
+        workflow=m[p + "workflow"],
+        status=RunStatus(m[p + "status"]),
+        input=read_stored(m[p + "input"], _RUN_COLUMN, run_id, "input"),
+        output=read_stored(m[p + "output"], _RUN_COLUMN, run_id, "output"),
+        error=read_stored(m[p + "error"], _RUN_COLUMN, run_id, "error"),
+        idempotency_key=m[p + "idempotency_key"],
+        parent_run_id=m[p + "parent_run_id"],
+        parent_step_id=m[p + "parent_step_id"],
+        cancel_requested=bool(m[p + "cancel_requested"]),
+        version=m[p + "version"],
+        wake_at=m[p + "wake_at"],
+        next_sweep_at=m[p + "next_sweep_at"],
+        sweep_count=m[p + "sweep_count"],
+        created_at=m[p + "created_at"],
+        updated_at=m[p + "updated_at"],
+        depth=m[p + "depth"],
+        blocked=m[p + "blocked"],
+    )
+
+
+def step_from(row: Any) -> StepState:
+    """The step in ``row``."""
+    run_id, name = row.run_id, row.name
+    args = read_stored(row.args, _STEP_COLUMN, run_id, name, "args")
+    kwargs = read_stored(row.kwargs, _STEP_COLUMN, run_id, name, "kwargs")
+    return StepState(
+        id=row.id,
+        run_id=row.run_id,
+        name=row.name,
+        seq=row.seq,
+        kind=StepKind(row.kind),
+        status=StepStatus(row.status),
+        task_name=row.task_name,
+        queue=row.queue,
+        args=[] if args is None else args,
+        kwargs={} if kwargs is None else kwargs,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        retry_delay=row.retry_delay,
+        backoff=row.backoff,
+        lease_expires_at=row.lease_expires_at,
+        wake_at=row.wake_at,
+        child_run_id=row.child_run_id,
+        result=read_stored(row.result, _STEP_COLUMN, run_id, name, "result"),
+        error=read_stored(row.error, _STEP_COLUMN, run_id, name, "error"),
+        worker=row.worker,
+        scheduled_at=row.scheduled_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        route=read_stored(row.route, _STEP_COLUMN, run_id, name, "route"),
+    )
+
+
+def attempt_from(row: Any) -> AttemptState:
+    """The attempt in ``row``."""
+    place = (row.attempt, row.step_id)
+    return AttemptState(
+        step_id=row.step_id,
+        attempt=row.attempt,
+        status=AttemptStatus(row.status),
+        worker=row.worker,
+        result=read_stored(row.result, _ATTEMPT_COLUMN, *place, "result"),
+        error=read_stored(row.error, _ATTEMPT_COLUMN, *place, "error"),
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def step_params(step: StepState, args: str, kwargs: str, result: str | None) -> dict[str, Any]:
+    """The step as insert parameters, its values already JSON text."""
+    return {
+        "id": step.id,
+        "run_id": step.run_id,
+        "name": step.name,
+        "seq": step.seq,
+        "kind": step.kind.value,
+        "status": step.status.value,
+        "task_name": step.task_name,
+        "queue": step.queue,
+        "args": args,
+        "kwargs": kwargs,
+        "attempt": step.attempt,
+        "max_attempts": step.max_attempts,
+        "retry_delay": float(step.retry_delay),
+        "backoff": float(step.backoff),
+        "lease_expires_at": step.lease_expires_at,
+        "wake_at": step.wake_at,
+        "child_run_id": step.child_run_id,
+        "result": result,
+        "error": None,
+        "worker": step.worker,
+        "scheduled_at": step.scheduled_at,
+        "created_at": step.created_at,
+        "updated_at": step.updated_at,
+        "route": None if step.route is None else json.dumps(step.route, separators=(",", ":")),
+    }
+
+
+def run_params(new: NewRun, input_text: str) -> dict[str, Any]:
+    """A new run as insert parameters (its timestamps are the database's)."""
+    return {
+        "id": new.id,
+        "workflow": new.workflow,
+        "status": RunStatus.RUNNING.value,
+        "input": input_text,
+        "output": None,
+        "error": None,
+        "idempotency_key": new.idempotency_key,
+        "parent_run_id": new.parent_run_id,
+        "parent_step_id": new.parent_step_id,
+        "cancel_requested": False,
+        "version": 1,
+        "wake_at": None,
+        "next_sweep_at": None,
+        "sweep_count": 0,
+        "depth": new.depth,
+        "blocked": None,
+    }

@@ -1,0 +1,328 @@
+"""The workflow store on PostgreSQL: one round trip for each hot operation.
+
+Only what PostgreSQL does in fewer round trips than the portable store
+(:mod:`.sql`): single statements in autocommit, on libpq's prepared
+statements with psycopg (:class:`~pikku_celery.sql.runner.LibpqRunner`); a
+claim that also reads what its pass needs (:mod:`.kept_views`); a pass with
+an outcome as one unlocked read and one version-checked statement (the
+optimistic pass; anything more takes the portable locked pass); a run's end
+announced with NOTIFY for ``RunHandle.wait``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..errors import RunNotFoundError, WorkflowStepSupersededError
+from ..payload import loads
+from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
+from .base import Decide
+from .changes import new_step_state, prepare_outcome
+from .kept_views import FRESH_RUN_MS, ClaimView, FirstPass, Passed, PassedRuns, remember
+from .model import (
+    JSON,
+    AdvanceResult,
+    NewRun,
+    RunState,
+    RunStatus,
+    RunView,
+    StepKind,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
+from .rows import STEP_COLUMNS, run_from, step_from, step_params
+from .rules import encode_decision
+from .settle import SETTLED_CHANNEL, SettleListener
+from .sql import SQLWorkflowStore
+from .statements_postgres import CLAIM_VIEW_STEPS, PostgresStatements
+
+
+@functools.cache
+def _statements() -> PostgresStatements:
+    return PostgresStatements()
+
+
+class PostgresWorkflowStore(SQLWorkflowStore):
+    """The SQL store on PostgreSQL (``SQLWorkflowStore(engine)`` picks it)."""
+
+    creates_tables = False
+    statements: PostgresStatements
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        create_tables: bool | None = None,
+        upgrade_command: str | None = None,
+    ) -> None:
+        super().__init__(engine, create_tables=create_tables, upgrade_command=upgrade_command)
+        self._settle: SettleListener | None = None
+        self._claim_views: OrderedDict[tuple[str, int], ClaimView] = OrderedDict()
+        # Runs just created, by the creating thread: the first pass that
+        # thread takes needs no read (the engine's start()).
+        self._fresh_runs: OrderedDict[str, tuple[int, ClaimView]] = OrderedDict()
+        # The run's steps as this store's last optimistic pass left them, by
+        # the step that pass scheduled: that step's claim then reads only the
+        # run row, and takes the steps from here if the version still matches.
+        self._passed = PassedRuns()
+
+    def _make_statements(self) -> PostgresStatements:
+        return _statements()
+
+    def _single_statement_engine(self) -> sa.Engine:
+        # Single statements in autocommit save the BEGIN and COMMIT round
+        # trips (psycopg's autocommit switch is local, no round trip).
+        return self._engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def _make_runner(self) -> Runner:
+        fallback = SQLAlchemyRunner(self._single)
+        if self._engine.dialect.driver == "psycopg":
+            return LibpqRunner(self._engine, fallback)
+        return fallback
+
+    # --- runs ----------------------------------------------------------------
+    def _insert_run(
+        self, new: NewRun, key: dict[str, Any], params: dict[str, Any]
+    ) -> RunState | tuple[int, int]:
+        st = self.statements
+        if new.idempotency_key is None:
+            [made] = self.runner.rows(st.run_insert_returning, params)
+            return made.created_at, made.updated_at
+        with self._one() as conn:
+            row = conn.execute(st.run_by_key, key).first()
+            if row is not None:
+                return run_from(row)
+            created, updated = conn.execute(st.run_insert_returning, params).one()
+            return created, updated
+
+    def _created(self, run: RunState, input_size: int) -> None:
+        fresh = ClaimView(
+            run,
+            [],
+            run.updated_at,
+            False,
+            time.monotonic(),
+            run.updated_at + FRESH_RUN_MS,
+            input_size,
+        )
+        remember(self._fresh_runs, run.id, (threading.get_ident(), fresh))
+
+    def _forget_created(self, run_id: str) -> None:
+        self._fresh_runs.pop(run_id, None)
+
+    def _created_here(self, run_id: str) -> bool:
+        """Whether this thread created ``run_id`` and has not advanced it yet."""
+        return self._fresh_runs.get(run_id, (0, None))[0] == threading.get_ident()
+
+    # --- steps ---------------------------------------------------------------
+    def _claim(self, params: dict[str, Any]) -> StepState | None:
+        """One statement: the guarded update, the new attempt row, the
+        superseded mark of a lapsed attempt's row, and the run as its pass
+        will need it (kept for that pass: it skips its read)."""
+        passed = self._passed.take(params["p_id"])
+        params["p_known"] = -1 if passed is None else passed.run.version
+        rows = self.runner.rows(self.statements.claim_view, params)
+        if rows:
+            return self._keep_claim_view(rows, passed)
+        with self._one() as conn:
+            self._refuse_other_task(conn, params)
+        return None
+
+    def _keep_claim_view(self, rows: Sequence[Any], passed: Passed | None) -> StepState:
+        """The claimed step; the run as the PostgreSQL claim read it is kept
+        for that attempt's pass."""
+        head = rows[0]
+        m = head._mapping
+        claimed = SimpleNamespace(**{name: m["c_" + name] for name in STEP_COLUMNS})
+        step = step_from(claimed)
+        run = None
+        input_size = len(m["r_input"] or "")
+        if passed is not None and head.r_version == passed.run.version:
+            # The claim read no steps and no input: no pass has landed since ours.
+            run, input_size = passed.run, passed.input_size
+            steps = [step if s.id == step.id else s for s in passed.steps]
+        elif len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
+            return step  # a big run: the claim read at most its first steps
+        else:
+            steps = [step if r.id == step.id else step_from(r) for r in rows if r.id is not None]
+        remember(
+            self._claim_views,
+            (step.id, step.attempt),
+            ClaimView(
+                run or run_from(head, "r_"),
+                steps,
+                int(head.db_now),
+                bool(head.has_signals),
+                time.monotonic(),
+                int(step.lease_expires_at or 0),
+                input_size,
+            ),
+        )
+        return step
+
+    def _fenced_write(
+        self, conn: sa.Connection, kind: str, params: dict[str, Any], on_pass_clock: bool = False
+    ) -> bool:
+        st = self.statements
+        ctes = st.fenced_cte_at if on_pass_clock else st.fenced_cte
+        return int(conn.execute(ctes[kind], params).scalar_one()) == 1
+
+    def _fenced_outcome(self, kind: str, params: dict[str, Any]) -> bool:
+        with self._one() as conn:  # one statement: autocommit
+            return self._fenced_write(conn, kind, params)
+
+    # --- the orchestration pass ---------------------------------------------
+    def _pass(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
+        """A pass with an outcome first tries the optimistic path; every other
+        pass, and any the optimistic path hands back, is the locked pass."""
+        done = first = None
+        if outcome is not None:
+            done = self._advance_optimistic(run_id, outcome, decide)
+        elif self._created_here(run_id):
+            first = FirstPass(decide)
+            done = self._advance_optimistic(run_id, outcome, first.decide)
+        if done is not None:
+            return done  # a run it ended was announced by its statement
+        done = self._advance(run_id, outcome, decide, first)
+        if done.decision is not None and done.run.status.terminal:
+            self._notify_settled(run_id)
+        return done
+
+    # --- waiting for a run to settle (PostgreSQL LISTEN/NOTIFY) ---------------
+    def _notify_settled(self, run_id: str) -> None:
+        """Tell waiting ``RunHandle.wait`` calls, once per run, after commit."""
+        params = {"channel": SETTLED_CHANNEL, "run_id": run_id}
+        # On failure: waiters re-check the run's status at least every second.
+        with suppress(sa.exc.DBAPIError):
+            self.runner.rows(self.statements.notify_settled, params)
+
+    @contextmanager
+    def settled_listener(self, run_id: str) -> Iterator[Callable[[float], None] | None]:
+        """On PostgreSQL, ``wait(timeout)`` returning when a pass settles
+        ``run_id`` (registered before the caller reads its status); else None."""
+        if self._settle is None:
+            self._settle = SettleListener(self._engine)
+        with self._settle.watch(run_id) as wait:
+            yield wait
+
+    def _advance_optimistic(
+        self, run_id: str, outcome: StepOutcome | None, decide: Decide
+    ) -> AdvanceResult | None:
+        """The hot path: one unlocked read, then the whole pass as one
+        version-checked statement (:meth:`PostgresStatements.pass_write`),
+        both in autocommit: two round trips and one commit.
+
+        None, with nothing written, when the locked pass must do it instead:
+        the version moved (another pass or a signal came first), the run has
+        ended, or the decision is not a plain sequential step (fan-out, child
+        runs, resolutions...). The locked pass then reads and decides afresh,
+        so ``decide`` must be pure (the replay is).
+        """
+        st = self.statements
+        if outcome is None:  # a run this thread just created: nothing to read
+            kept = self._fresh_runs.pop(run_id, (0, None))[1]
+            if kept is None or not kept.still_ours(run_id):
+                return None  # the locked pass reads it
+        else:
+            kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
+        if kept is not None and kept.still_ours(run_id):
+            # Read at claim time; "now" moves on by this process's
+            # monotonic clock, anchored on the database's.
+            run, steps, has_signals = kept.run, kept.steps, kept.has_signals
+            now, input_size = kept.now(), kept.input_size
+        else:
+            with self._one() as conn:
+                rows = conn.execute(st.pass_view, {"p_id": run_id}).all()
+            if not rows:
+                raise RunNotFoundError(f"no workflow run {run_id!r}")
+            head = rows[0]
+            run = run_from(head, "r_")
+            now, input_size = int(head.db_now), len(head.r_input or "")
+            steps = [step_from(r) for r in rows if r.id is not None]
+            has_signals = bool(head.has_signals)
+        if run.status.terminal:
+            return None
+        kind: str | None = None
+        written: dict[str, Any] = {"p_now": now}
+        if outcome is not None:
+            prepared = prepare_outcome(steps, outcome, now)
+            kind, steps, written = prepared.kind, prepared.steps, prepared.params
+        signals: dict[str, JSON] = {}
+        if has_signals:
+            with self._one() as conn:
+                for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
+                    signals[name] = loads(payload)
+        view = RunView(run=run, steps=steps, signals=signals, now=now)
+        decision = decide(view)
+        encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
+        ends = decision.run_status is not None and decision.run_status.terminal
+        if (
+            decision.resolutions
+            or decision.redispatch
+            or decision.cancel_children
+            or decision.run_status == RunStatus.CANCELLED  # closes the run's open steps
+            or len(encoded.steps) > 1
+            or any(e.child_input is not None for e in encoded.steps)
+            or (ends and run.parent_run_id is not None)
+        ):
+            return None
+        params: dict[str, Any] = {
+            **written,
+            "p_run": run.id,
+            "p_version": run.version,
+            "p_wake_at": decision.wake_at,
+        }
+        new_run = replace(
+            run,
+            version=run.version + 1,
+            updated_at=now,
+            wake_at=decision.wake_at,
+            next_sweep_at=None,
+            sweep_count=0,
+        )
+        if ends:
+            assert decision.run_status is not None
+            params.update(
+                p_run_status=decision.run_status.value,
+                p_output=encoded.output,
+                p_run_error=encoded.error,
+            )
+            new_run = replace(
+                new_run,
+                status=decision.run_status,
+                output=loads(encoded.output),
+                error=loads(encoded.error),
+                wake_at=None,
+            )
+        publish: list[StepState] = []
+        for enc in encoded.steps:
+            step = new_step_state(run, enc, now)
+            row = step_params(step, enc.args, enc.kwargs, enc.value)
+            params.update({f"n_{k}": v for k, v in row.items()})
+            if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
+                publish.append(step)
+        pinned, fenced = self._pass_write((kind, bool(encoded.steps), ends), params)
+        if not pinned:
+            return None
+        if not fenced:
+            assert outcome is not None  # a pass without one is fenced by its pin
+            raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+        if len(publish) == 1 and len(encoded.steps) == 1:
+            self._passed.put(publish[0].id, Passed(new_run, [*steps, publish[0]], input_size))
+        return AdvanceResult(run=new_run, steps=publish, decision=decision)
+
+    def _pass_write(self, shape: tuple[str | None, bool, bool], params: dict[str, Any]) -> Any:
+        """The optimistic pass's one statement: (pinned, fenced)."""
+        [row] = self.runner.rows(self.statements.pass_write(*shape), params)
+        return row.pinned, row.fenced

@@ -1,0 +1,126 @@
+"""The statements MySQL/MariaDB run differently: two-table outcomes and batches.
+
+MySQL has no ``UPDATE ... RETURNING``: an outcome writes the step and its
+attempt row in one two-table ``UPDATE`` inside a pass, and a standalone claim
+or outcome is a multi-statement batch with its COMMIT (one round trip; see
+:mod:`.batch`).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..db import now_ms_expr
+from .model import AttemptStatus
+from .statements import FENCE, OUTCOMES, A, S, Statements, _lit, _outcome_values, _p
+
+
+class MySQLStatements(Statements):
+    """The portable statements, and MySQL/MariaDB's batches."""
+
+    def __init__(self) -> None:
+        now = now_ms_expr("mysql")
+        super().__init__(now)
+        at = _p("now", sa.BigInteger())
+        self.fenced_both = {kind: self._fenced_both(kind, now) for kind in OUTCOMES}
+        self.fenced_both_at = {kind: self._fenced_both(kind, at) for kind in OUTCOMES}
+
+    @staticmethod
+    def _fenced_both(kind: str, now: ColumnElement[int]) -> sa.Update:
+        """Step and attempt row in one UPDATE: 2 rows matched if the fence held.
+        UTC_TIMESTAMP() is fixed for the statement: both rows get one time."""
+        step_values, attempt_values = _outcome_values(kind, now)
+        return (
+            sa.update(S)
+            .where(*FENCE, A.c.step_id == S.c.id, A.c.attempt == S.c.attempt)
+            .values(
+                {S.c[k]: v for k, v in step_values.items()}
+                | {A.c[k]: v for k, v in attempt_values.items()}
+                | {A.c.finished_at: now}
+            )
+        )
+
+    def claim_batch(self, inline_row_count: bool) -> list[sa.ClauseElement | str]:
+        """The claim as one multi-statement batch (see :mod:`.batch`).
+
+        The UPDATE's row count gates the rest: read inline with ``ROW_COUNT()``
+        where the server evaluates it as the previous statement's count
+        (MariaDB), else kept in a session variable first. One INSERT writes
+        the new attempt's row and, on a lapsed takeover, marks the previous
+        attempt's row superseded (it exists, so it lands in ON DUPLICATE KEY;
+        a failed previous attempt keeps its status). The read back returns
+        the row either way, with the verdict beside it, so a refused claim
+        can still name a task-name mismatch.
+        """
+        row_count = sa.func.row_count()
+        gate = row_count if inline_row_count else sa.literal_column("@pikku_claimed")
+        back = sa.union_all(
+            sa.select(sa.literal_column("0").label("d")),
+            sa.select(sa.literal_column("1").label("d")),
+        ).subquery("back")
+        this_or_previous = (
+            sa.select(
+                S.c.id,
+                S.c.attempt - back.c.d,
+                S.c.run_id,
+                sa.case(
+                    (back.c.d == 0, _lit(AttemptStatus.RUNNING.value)),
+                    else_=_lit(AttemptStatus.SUPERSEDED.value),
+                ),
+                S.c.worker,
+                S.c.updated_at,
+            )
+            .select_from(S.join(back, sa.true()))
+            .where(S.c.id == _p("id"), gate == 1, S.c.attempt - back.c.d >= 1)
+        )
+        attempt_rows = (
+            mysql.insert(A)
+            .from_select(
+                ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
+                this_or_previous,
+            )
+            .on_duplicate_key_update(
+                status=sa.case(
+                    (
+                        A.c.status == _lit(AttemptStatus.RUNNING.value),
+                        _lit(AttemptStatus.SUPERSEDED.value),
+                    ),
+                    else_=A.c.status,
+                )
+            )
+        )
+        # Inline, the read back sees the INSERT's count: rows only if claimed.
+        claimed_here = (row_count > 0) if inline_row_count else (gate == 1)
+        batch: list[sa.ClauseElement | str] = [self.claim]
+        if not inline_row_count:
+            batch.append("SET @pikku_claimed := ROW_COUNT()")
+        # The read back as ONE JSON array (the step's columns, then the
+        # verdict): the driver then parses one column description instead of
+        # 25, measured at ~0.1 ms of the client's time per claim.
+        packed = sa.func.json_array(*S.c, claimed_here)
+        return [
+            *batch,
+            attempt_rows,
+            sa.select(packed.label("packed")).where(S.c.id == _p("id")),
+            "COMMIT",
+        ]
+
+    def outcome_batch(self, kind: str, inline_row_count: bool) -> list[sa.ClauseElement | str]:
+        """A standalone fenced outcome and its COMMIT as one batch.
+
+        Two single-table UPDATEs (cheaper on InnoDB than the two-table one),
+        the attempt row's gated on the step's row count (as in
+        :meth:`claim_batch`): a superseded attempt's row never takes
+        its result.
+        """
+        step, attempt = self.fenced_step[kind], self.fenced_attempt[kind]
+        if inline_row_count:
+            return [step, attempt.where(sa.func.row_count() == 1), "COMMIT"]
+        return [
+            step,
+            "SET @pikku_fenced := ROW_COUNT()",
+            attempt.where(sa.literal_column("@pikku_fenced") == 1),
+            "COMMIT",
+        ]

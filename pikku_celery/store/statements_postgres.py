@@ -1,0 +1,269 @@
+"""The statements PostgreSQL runs differently: one round trip for each hot operation.
+
+A claim, a standalone outcome and a whole pass are each one data-modifying
+CTE; a run's insert returns the database's timestamps; the optimistic pass
+reads the run and its steps unlocked in one go; a settled run is announced
+with ``pg_notify``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..db import now_ms_expr
+from .model import AttemptStatus
+from .settle import SETTLED_CHANNEL
+from .statements import (
+    FENCE,
+    OUTCOMES,
+    A,
+    G,
+    R,
+    S,
+    Statements,
+    _lit,
+    _outcome_values,
+    _p,
+    _run_pass_values,
+    fenced_pair,
+)
+
+# The most steps a claim reads for its pass (bigger runs' passes read).
+CLAIM_VIEW_STEPS = 64
+PASS_KINDS = (None, *OUTCOMES)
+
+
+class PostgresStatements(Statements):
+    """The portable statements, and PostgreSQL's one-round-trip forms."""
+
+    def __init__(self) -> None:
+        now = now_ms_expr("postgresql")
+        super().__init__(now)
+        at = _p("now", sa.BigInteger())
+        stamped = ("created_at", "updated_at")  # the database clock
+        self.run_insert_returning = (
+            # both columns back: each reads the clock, and the two reads
+            # may fall in different milliseconds. Every other column is an
+            # explicit parameter: the statement compiles whole, once, for
+            # the libpq runner too.
+            sa.insert(R)
+            .values(
+                {
+                    **{c.name: sa.bindparam(c.name, type_=c.type) for c in R.c},
+                    **dict.fromkeys(stamped, now),
+                }
+            )
+            .returning(R.c.created_at, R.c.updated_at)
+        )
+        self.notify_settled = sa.select(
+            sa.func.pg_notify(
+                sa.bindparam("channel", type_=sa.String()),
+                sa.bindparam("run_id", type_=sa.String()),
+            )
+        )
+        self._pass_view(now)
+        self._claim_view(now)
+        # Standalone and in-pass outcomes: the step and its attempt row in one
+        # statement, returning 1 if the fence held, else 0.
+        self.fenced_cte = {kind: self._fenced_cte(kind, now) for kind in OUTCOMES}
+        self.fenced_cte_at = {kind: self._fenced_cte(kind, at) for kind in OUTCOMES}
+
+    def _families(self) -> Iterator[tuple[str, sa.ClauseElement]]:
+        for kind, new_step, ends in itertools.product(PASS_KINDS, (False, True), (False, True)):
+            shape = f"{kind or 'first'}{',step' if new_step else ''}{',ends' if ends else ''}"
+            yield f"pass_write[{shape}]", self.pass_write(kind, new_step, ends)
+
+    def _pass_view(self, now: ColumnElement[int]) -> None:
+        """The optimistic pass's read: the run, its clock, whether it has
+        signals and its steps, unlocked, in one go."""
+        run_head = (
+            sa.select(
+                *[c.label(f"r_{c.name}") for c in R.c],
+                now.label("db_now"),
+                sa.exists().where(G.c.run_id == R.c.id).label("has_signals"),
+            )
+            .where(R.c.id == _p("id"))
+            .subquery("head")
+        )
+        self.pass_view = (
+            sa.select(run_head, S)
+            .select_from(run_head.outerjoin(S, S.c.run_id == run_head.c.r_id))
+            .order_by(S.c.seq)
+        )
+
+    def _claim_view(self, now: ColumnElement[int]) -> None:
+        """The claim as one statement: the guarded update, the new attempt
+        row, the superseded mark of a lapsed attempt's row, and what the
+        step's pass will need (the run and its recorded steps, as of before
+        the claim; the claimed step's new state in the ``c_`` columns). The
+        pass then skips its own read; its version check still guards against
+        anything that happened in between."""
+        claimed = self.claim.returning(*S.c).cte("claimed")
+        superseded = (
+            sa.update(A)
+            .where(
+                # the step id as a parameter, not claimed.id: the planner
+                # then seeks the primary key instead of scanning attempts
+                A.c.step_id == _p("id"),
+                A.c.attempt == claimed.c.attempt - 1,
+                A.c.status == AttemptStatus.RUNNING.value,
+            )
+            .values(status=AttemptStatus.SUPERSEDED.value)
+            .cte("superseded")
+        )
+        recorded = (
+            sa.insert(A)
+            .from_select(
+                ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
+                sa.select(
+                    claimed.c.id,
+                    claimed.c.attempt,
+                    claimed.c.run_id,
+                    _lit(AttemptStatus.RUNNING.value),
+                    claimed.c.worker,
+                    claimed.c.updated_at,
+                ),
+            )
+            .cte("recorded")
+        )
+        # The run's input (up to max_input_bytes, never changed) is not sent
+        # again to the claimer that knows the run at this version.
+        known = _p("known", sa.BigInteger())
+        claim_head = (
+            sa.select(
+                *[
+                    sa.case((R.c.version == known, sa.null()), else_=c).label("r_input")
+                    if c.name == "input"
+                    else c.label(f"r_{c.name}")
+                    for c in R.c
+                ],
+                now.label("db_now"),
+                sa.exists().where(G.c.run_id == R.c.id).label("has_signals"),
+            )
+            .where(R.c.id == claimed.c.run_id)
+            .subquery("claim_head")
+        )
+        # At most CLAIM_VIEW_STEPS + 1 steps: a bigger run's claim does not
+        # carry it whole (its pass reads it itself), and none when the step's
+        # own position shows the run is bigger, or when the claimer already
+        # knows the run at this version (it wrote the last pass).
+        recorded_steps = (
+            sa.select(S)
+            .where(
+                S.c.run_id == claim_head.c.r_id,
+                claimed.c.seq < CLAIM_VIEW_STEPS,
+                claim_head.c.r_version != known,
+            )
+            .order_by(S.c.seq)
+            .limit(CLAIM_VIEW_STEPS + 1)
+            .lateral("recorded_steps")
+        )
+        self.claim_view = (
+            sa.select(
+                *[c.label(f"c_{c.name}") for c in claimed.c],
+                claim_head,
+                recorded_steps,
+            )
+            .select_from(claimed.join(claim_head, sa.true()).outerjoin(recorded_steps, sa.true()))
+            .order_by(recorded_steps.c.seq)
+            .add_cte(superseded, recorded)
+        )
+
+    @staticmethod
+    def _fenced_cte(kind: str, now: ColumnElement[int]) -> sa.Select[Any]:
+        step, _ = fenced_pair(kind, now)
+        _, attempt_values = _outcome_values(kind, now)
+        done = step.returning(S.c.id, S.c.attempt, S.c.updated_at).cte("done")
+        recorded = (
+            sa.update(A)
+            .where(A.c.step_id == done.c.id, A.c.attempt == done.c.attempt)
+            .values(**attempt_values, finished_at=done.c.updated_at)
+            .cte("recorded")
+        )
+        return sa.select(sa.func.count()).select_from(done).add_cte(recorded)
+
+    @functools.lru_cache(maxsize=16)  # noqa: B019 - built once per store class, kept for good
+    def pass_write(self, kind: str | None, new_step: bool, ends: bool) -> sa.Select[Any]:
+        """A whole pass as ONE statement (the optimistic hot path).
+
+        ``pinned`` locks the run row only if its version is still the one the
+        pass read (so lock order is run, then step, as in the locked pass);
+        the fenced outcome needs ``pinned``; the run update needs the
+        outcome; the new step needs the run update. Returns (pinned, fenced):
+        (0, 0) the version moved and nothing was written; (1, 0) the outcome
+        was superseded and nothing was written; (1, 1) the pass landed.
+        ``kind`` None: a pass without an outcome (a new run's first pass).
+        A pass that ends the run also sends its settle NOTIFY (delivered at
+        commit, so only if it landed): no statement of its own for it.
+        """
+        at = _p("now", sa.BigInteger())
+        pinned = (
+            sa.select(R.c.id)
+            .where(R.c.id == _p("run"), R.c.version == _p("version", sa.BigInteger()))
+            .with_for_update()
+            .cte("pinned")
+        )
+        ctes: list[Any] = []
+        outcome: Any = pinned
+        if kind is not None:
+            step_values, attempt_values = _outcome_values(kind, at)
+            outcome = (
+                sa.update(S)
+                .where(*FENCE, sa.exists(sa.select(pinned.c.id)))
+                .values(**step_values)
+                .returning(S.c.id, S.c.attempt)
+                .cte("outcome")
+            )
+            ctes.append(
+                sa.update(A)
+                .where(A.c.step_id == outcome.c.id, A.c.attempt == outcome.c.attempt)
+                .values(**attempt_values, finished_at=at)
+                .cte("outcome_attempt")
+            )
+        run_values = _run_pass_values(at)
+        if ends:
+            run_values.update(
+                wake_at=sa.null(),
+                status=_p("run_status"),
+                output=_p("output"),
+                error=_p("run_error"),
+            )
+        passed = (
+            sa.update(R)
+            .where(R.c.id == _p("run"), sa.exists(sa.select(outcome.c.id)))
+            .values(**run_values)
+            .returning(R.c.id)
+            .cte("passed")
+        )
+        ctes.append(passed)
+        if new_step:
+            cols = list(S.c)
+            recorded = (
+                sa.insert(S)
+                .from_select(
+                    [c.name for c in cols],
+                    sa.select(*[sa.bindparam(f"n_{c.name}", type_=c.type) for c in cols]).where(
+                        sa.exists(sa.select(passed.c.id))
+                    ),
+                )
+                .cte("recorded")
+            )
+            ctes.append(recorded)
+        counts = [
+            sa.select(sa.func.count()).select_from(pinned).scalar_subquery().label("pinned"),
+            sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),
+        ]
+        if ends:
+            # A SELECT in a WITH runs only if read: the count reads it.
+            notified = sa.select(
+                sa.func.pg_notify(sa.literal(SETTLED_CHANNEL), passed.c.id).label("sent")
+            ).cte("notified")
+            sent = sa.select(sa.func.count()).select_from(notified).scalar_subquery()
+            counts.append(sent.label("notified"))
+        return sa.select(*counts).add_cte(*ctes)
