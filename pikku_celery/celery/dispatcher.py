@@ -11,7 +11,7 @@ from ..errors import UnknownTaskError
 from ..store.model import StepState
 from .inprocess import InProcessDelivery
 from .queues import QueueLeases
-from .routes import routed_queue
+from .routes import ROUTING_OPTIONS, routed_queue
 
 RUN_STEP = "pikku.run_step"
 ORCHESTRATE = "pikku.orchestrate"
@@ -87,17 +87,26 @@ class CeleryDispatcher:
         self._send(name, args, queue, countdown, options)
 
     def _route(self, task_name: str, route: dict[str, Any] | None) -> dict[str, Any]:
-        """Celery's route of ``task_name`` with ``ctx.step``'s options over it,
-        as Celery routes the task itself. Kept per task name, options and
-        router: Celery reads task_routes once into its router too, and every
-        step of a task asks, when it is recorded and each time it is sent."""
+        """Celery's route of ``task_name``, as ``apply_async`` routes the task:
+        the task's own routing options (``@app.task(queue=...)``) with
+        ``ctx.step``'s over them, then ``task_routes``. Kept per task name,
+        options and router: Celery reads task_routes once into its router
+        too, and every step of a task asks, when it is recorded and each time
+        it is sent."""
         router = self.app.amqp.router
         if router is not self._router:
             self._router, self._routes = router, {}
         key = (task_name, None if not route else tuple(sorted(route.items())))
         found = self._routes.get(key)
         if found is None:
-            found = self._routes[key] = dict(router.route(dict(route or {}), task_name))
+            task = self.app.tasks.get(task_name)
+            options = {
+                name: value
+                for name in ROUTING_OPTIONS
+                if (value := getattr(task, name, None)) is not None
+            }
+            options.update(route or {})
+            found = self._routes[key] = dict(router.route(options, task_name))
         return found
 
     def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:

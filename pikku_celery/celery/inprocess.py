@@ -22,6 +22,8 @@ from typing import Any
 
 from celery import Celery
 
+from .routes import ROUTING_OPTIONS
+
 log = logging.getLogger(__name__)
 
 Message = tuple[str, tuple[Any, ...], dict[str, Any]]
@@ -64,12 +66,9 @@ class InProcessDelivery:
         result = task.apply(
             args=args,
             task_id=str(uuid.uuid4()),
-            **{k: v for k, v in options.items() if k in _APPLY_OPTIONS},
+            **{k: v for k, v in options.items() if k in ROUTING_OPTIONS},
         )
         if result.failed():
             # pikku's tasks record a step's failure themselves; an error that
             # escapes one is pikku's own and must not pass silently.
             log.error("pikku task %s%r failed in process: %r", name, args, result.result)
-
-
-_APPLY_OPTIONS = {"exchange", "routing_key", "priority", "queue"}

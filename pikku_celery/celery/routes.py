@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+ROUTING_OPTIONS = ("queue", "exchange", "routing_key", "priority")
+"""A task's options that route its messages (its own, or ``ctx.step``'s)."""
+
 
 def topic_matches(pattern: str, key: str) -> bool:
     """AMQP topic binding rules: words split on ``.``, ``*`` is one word, ``#`` any number."""

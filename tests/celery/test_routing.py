@@ -179,3 +179,25 @@ def test_a_route_no_binding_matches_names_no_queue() -> None:
     assert routed_queue([ovens], {"queue": "shipping"}) == "shipping"
     # an exchange other than the queue's own routes past the queue
     assert routed_queue([ovens], {"queue": "shipping", "exchange": "bakery"}) is None
+
+
+def test_a_task_s_own_queue_routes_its_steps_as_apply_async_routes_the_task() -> None:
+    app = Celery("own-queue", broker="memory://", set_as_current=False)
+
+    @app.task(name="own.bake", shared=False, queue="ovens")
+    def bake() -> None: ...
+
+    @app.task(name="own.box", shared=False)
+    def box() -> None: ...
+
+    pikku = Pikku(
+        app,
+        store=InMemoryWorkflowStore(),
+        queue_leases={"ovens": 120, "celery": 30},
+        install_beat=False,
+    )
+    assert pikku.dispatcher.task_queue("own.bake") == "ovens"
+    assert pikku.dispatcher.lease_ms(pikku.dispatcher.task_queue("own.bake")) == 120_000
+    # ctx.step's queue= still wins, as apply_async(queue=...) does over the task's
+    assert pikku.dispatcher.task_queue("own.bake", {"queue": "celery"}) == "celery"
+    assert pikku.dispatcher.task_queue("own.box") == "celery"
