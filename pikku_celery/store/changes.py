@@ -1,8 +1,12 @@
-"""What a pass's writes leave behind, as pure functions of the rows it read.
+"""Every state change of a run or step, once, as a pure function.
 
-The SQL store's passes decide outside any transaction and then write; the
-run and steps they hand back (and keep for the next pass) are these
-functions' results, the same state the written rows read back as.
+The memory store applies them to its dicts; the SQL store's statements
+write the same change in SQL, and the run and steps a SQL pass hands back
+(and keeps for the next pass) are these functions' results, so they equal
+what the written rows read back as. The conformance suite holds the two
+stores to each other. (An outcome's change is
+:func:`.rules.step_after_outcome`; a cancelled run's open step,
+:func:`.rules.step_closed`.)
 """
 
 from __future__ import annotations
@@ -12,18 +16,29 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import WorkflowStepSupersededError
-from ..payload import dumps, loads
-from .model import NewRun, RunState, RunStatus, StepKind, StepOutcome, StepState, StepStatus
+from ..payload import dumps, loads, normalise
+from .model import (
+    JSON,
+    Decision,
+    ErrorInfo,
+    NewRun,
+    RunState,
+    RunStatus,
+    StepKind,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
 from .rules import EncodedStep, step_after_outcome
 
 
-def new_run_state(new: NewRun, input_text: str, now: int) -> RunState:
-    """A new run as its insert leaves it."""
+def run_created(new: NewRun, value: JSON, now: int) -> RunState:
+    """A new run with input ``value`` (as stored), created at ``now``."""
     return RunState(
         id=new.id,
         workflow=new.workflow,
         status=RunStatus.RUNNING,
-        input=json.loads(input_text),
+        input=value,
         idempotency_key=new.idempotency_key,
         parent_run_id=new.parent_run_id,
         parent_step_id=new.parent_step_id,
@@ -72,7 +87,7 @@ def prepare_outcome(steps: list[StepState], outcome: StepOutcome, now: int) -> P
     return PreparedOutcome(kind, params, [*steps[:index], done, *steps[index + 1 :]])
 
 
-def new_step_state(run: RunState, enc: EncodedStep, now: int) -> StepState:
+def step_created(run: RunState, enc: EncodedStep, now: int) -> StepState:
     """A new step as the pass records it (before any child-run parking)."""
     new = enc.new
     step = StepState(
@@ -93,8 +108,52 @@ def new_step_state(run: RunState, enc: EncodedStep, now: int) -> StepState:
         scheduled_at=now if new.status == StepStatus.SCHEDULED else None,
         created_at=now,
         updated_at=now,
-        route=new.route,
+        route=None if new.route is None else normalise(new.route, new.name, "route"),
     )
     if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
         step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))
     return step
+
+
+def step_parked_on_child(step: StepState, child_run_id: str) -> StepState:
+    """A child step as its child run starts: running, attempt 1, no lease (no
+    worker holds it; the child's end settles it)."""
+    return replace(
+        step, status=StepStatus.RUNNING, attempt=1, lease_expires_at=None, child_run_id=child_run_id
+    )
+
+
+def step_resolved(
+    step: StepState, ok: bool, result: JSON, error: ErrorInfo | None, now: int
+) -> StepState:
+    """A step the pass settles itself (a timer fired, a signal came, a child ended)."""
+    return replace(
+        step,
+        status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
+        result=result,
+        error=error,
+        lease_expires_at=None,
+        wake_at=None,
+        updated_at=now,
+    )
+
+
+def run_after_pass(
+    run: RunState, decision: Decision, output: JSON, error: ErrorInfo | None, now: int
+) -> RunState:
+    """The run as a pass leaves it: a new version, the next wake-up, the
+    sweep's backoff and any block cleared; ended, with its outcome."""
+    ends = decision.run_status is not None and decision.run_status.terminal
+    run = replace(
+        run,
+        version=run.version + 1,
+        updated_at=now,
+        wake_at=None if ends else decision.wake_at,
+        next_sweep_at=None,
+        sweep_count=0,
+        blocked=None,
+    )
+    if ends:
+        assert decision.run_status is not None
+        run = replace(run, status=decision.run_status, output=output, error=error)
+    return run

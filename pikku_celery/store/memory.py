@@ -22,6 +22,13 @@ from ..errors import (
 )
 from ..payload import loads, normalise
 from .base import Decide
+from .changes import (
+    run_after_pass,
+    run_created,
+    step_created,
+    step_parked_on_child,
+    step_resolved,
+)
 from .model import (
     JSON,
     AdvanceResult,
@@ -87,20 +94,7 @@ class InMemoryWorkflowStore:
             return run, True
 
     def _insert_run(self, new: NewRun, value: JSON) -> RunState:
-        now = self._clock()
-        run = RunState(
-            id=new.id,
-            workflow=new.workflow,
-            status=RunStatus.RUNNING,
-            input=value,
-            idempotency_key=new.idempotency_key,
-            parent_run_id=new.parent_run_id,
-            parent_step_id=new.parent_step_id,
-            version=1,
-            created_at=now,
-            updated_at=now,
-            depth=new.depth,
-        )
+        run = run_created(new, value, self._clock())
         self._runs[run.id] = run
         self._run_steps[run.id] = []
         self._signals[run.id] = {}
@@ -409,15 +403,7 @@ class InMemoryWorkflowStore:
                 continue
             result = loads(enc.result)
             error = loads(enc.error)
-            self._steps[step.id] = replace(
-                step,
-                status=StepStatus.SUCCEEDED if res.ok else StepStatus.FAILED,
-                result=result,
-                error=error,
-                lease_expires_at=None,
-                wake_at=None,
-                updated_at=now,
-            )
+            self._steps[step.id] = step_resolved(step, res.ok, result, error, now)
             if step.kind == StepKind.CHILD:
                 self._set_attempt(
                     step.id,
@@ -445,18 +431,12 @@ class InMemoryWorkflowStore:
             if child is not None and not child.status.terminal and not child.cancel_requested:
                 self._touch_run(child, cancel_requested=True)
                 children.append(child_id)
-        changes: dict[str, Any] = {
-            "wake_at": decision.wake_at,
-            "next_sweep_at": None,
-            "sweep_count": 0,
-            "blocked": None,
-        }
         parent_to_wake = None
+        output, error = loads(encoded.output), loads(encoded.error)
         if decision.run_status is not None and decision.run_status.terminal:
-            output, error = loads(encoded.output), loads(encoded.error)
-            changes.update(status=decision.run_status, output=output, error=error, wake_at=None)
             parent_to_wake = self._settle_parent_step(run, decision, output, error)
-        new_run = self._touch_run(run, now, **changes)  # one 'now' per pass
+        new_run = run_after_pass(run, decision, output, error, now)  # one 'now' per pass
+        self._runs[run.id] = new_run
         return AdvanceResult(
             run=new_run,
             steps=publish,
@@ -480,40 +460,17 @@ class InMemoryWorkflowStore:
 
     def _insert_step(self, run: RunState, enc: EncodedStep, now: int) -> StepState:
         new, sid = enc.new, enc.id
-        step = StepState(
-            id=sid,
-            run_id=run.id,
-            name=new.name,
-            seq=new.seq,
-            kind=new.kind,
-            status=new.status,
-            task_name=new.task_name,
-            queue=new.queue,
-            args=loads(enc.args),
-            kwargs=loads(enc.kwargs),
-            max_attempts=new.max_attempts,
-            retry_delay=new.retry_delay,
-            backoff=new.backoff,
-            wake_at=new.wake_at,
-            scheduled_at=now if new.status == StepStatus.SCHEDULED else None,
-            created_at=now,
-            updated_at=now,
-            route=None if new.route is None else normalise(new.route, new.name, "route"),
-        )
-        if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
-            step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))
-        elif new.child is not None:
+        step = step_created(run, enc, now)
+        if (
+            new.kind != StepKind.VALUE
+            and new.status != StepStatus.SUCCEEDED
+            and new.child is not None
+        ):
             child = replace(
                 new.child, parent_run_id=run.id, parent_step_id=sid, depth=run.depth + 1
             )
             self._insert_run(child, loads(enc.child_input))
-            step = replace(
-                step,
-                status=StepStatus.RUNNING,
-                attempt=1,
-                lease_expires_at=None,
-                child_run_id=child.id,
-            )
+            step = step_parked_on_child(step, child.id)
             self._attempts[sid] = [
                 AttemptState(sid, 1, AttemptStatus.RUNNING, worker=None, started_at=now)
             ]

@@ -46,7 +46,14 @@ from ..retry import ROLLED_BACK
 from ..sql.runner import Runner, SQLAlchemyRunner
 from ..sql.transient import rolled_back
 from .base import Decide
-from .changes import new_run_state, new_step_state, prepare_outcome
+from .changes import (
+    prepare_outcome,
+    run_after_pass,
+    run_created,
+    step_created,
+    step_parked_on_child,
+    step_resolved,
+)
 from .kept_views import FirstPass
 from .model import (
     JSON,
@@ -260,7 +267,7 @@ class SQLWorkflowStore:
             if isinstance(made, RunState):
                 return made, False  # the run with that idempotency key
             now, updated = made
-            run = replace(new_run_state(new, text, int(now)), updated_at=int(updated))
+            run = replace(run_created(new, json.loads(text), int(now)), updated_at=int(updated))
             self._created(run, len(text))
             return run, True
         except sa.exc.IntegrityError:
@@ -665,15 +672,7 @@ class SQLWorkflowStore:
                     "p_now": now,
                 }
             )
-            by_id[step.id] = replace(
-                step,
-                status=status,
-                result=loads(enc.result),
-                error=loads(enc.error),
-                lease_expires_at=None,
-                wake_at=None,
-                updated_at=now,
-            )
+            by_id[step.id] = step_resolved(step, res.ok, loads(enc.result), loads(enc.error), now)
             if step.kind == StepKind.CHILD:
                 child_attempts.append(
                     {
@@ -709,6 +708,7 @@ class SQLWorkflowStore:
             closed = {"p_id": run.id, "p_now": now, "p_error": json.dumps(run_cancelled_error())}
             conn.execute(st.close_live_steps, closed)
             conn.execute(st.close_live_attempts, closed)
+        new_run = run_after_pass(run, decision, loads(encoded.output), loads(encoded.error), now)
         if ends:
             assert decision.run_status is not None
             conn.execute(
@@ -721,20 +721,9 @@ class SQLWorkflowStore:
                     "p_error": encoded.error,
                 },
             )
-            new_run = replace(
-                run,
-                status=decision.run_status,
-                output=loads(encoded.output),
-                error=loads(encoded.error),
-                wake_at=None,
-            )
             parent_to_wake = self._settle_parent_step(conn, new_run, decision, now)
         else:
             conn.execute(st.run_pass, {"p_id": run.id, "p_now": now, "p_wake_at": decision.wake_at})
-            new_run = replace(run, wake_at=decision.wake_at)
-        new_run = replace(
-            new_run, version=run.version + 1, updated_at=now, next_sweep_at=None, sweep_count=0
-        )
         return AdvanceResult(
             run=new_run,
             steps=publish,
@@ -760,7 +749,7 @@ class SQLWorkflowStore:
         children: list[str] = []
         for enc in encoded.steps:
             new = enc.new
-            step = new_step_state(run, enc, now)
+            step = step_created(run, enc, now)
             if new.kind != StepKind.VALUE and new.child is not None and enc.child_input is not None:
                 child = replace(
                     new.child, parent_run_id=run.id, parent_step_id=enc.id, depth=run.depth + 1
@@ -768,13 +757,7 @@ class SQLWorkflowStore:
                 child_runs.append(
                     {**run_params(child, enc.child_input), "created_at": now, "updated_at": now}
                 )
-                step = replace(
-                    step,
-                    status=StepStatus.RUNNING,
-                    attempt=1,
-                    lease_expires_at=None,
-                    child_run_id=child.id,
-                )
+                step = step_parked_on_child(step, child.id)
                 attempts.append(
                     {
                         "step_id": enc.id,

@@ -17,7 +17,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +26,7 @@ from ..errors import RunNotFoundError, WorkflowStepSupersededError
 from ..payload import loads
 from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
 from .base import Decide
-from .changes import new_step_state, prepare_outcome
+from .changes import prepare_outcome, run_after_pass, step_created
 from .kept_views import FRESH_RUN_MS, ClaimView, FirstPass, Passed, PassedRuns, remember
 from .model import (
     JSON,
@@ -283,14 +282,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
             "p_version": run.version,
             "p_wake_at": decision.wake_at,
         }
-        new_run = replace(
-            run,
-            version=run.version + 1,
-            updated_at=now,
-            wake_at=decision.wake_at,
-            next_sweep_at=None,
-            sweep_count=0,
-        )
+        new_run = run_after_pass(run, decision, loads(encoded.output), loads(encoded.error), now)
         if ends:
             assert decision.run_status is not None
             params.update(
@@ -298,16 +290,9 @@ class PostgresWorkflowStore(SQLWorkflowStore):
                 p_output=encoded.output,
                 p_run_error=encoded.error,
             )
-            new_run = replace(
-                new_run,
-                status=decision.run_status,
-                output=loads(encoded.output),
-                error=loads(encoded.error),
-                wake_at=None,
-            )
         publish: list[StepState] = []
         for enc in encoded.steps:
-            step = new_step_state(run, enc, now)
+            step = step_created(run, enc, now)
             row = step_params(step, enc.args, enc.kwargs, enc.value)
             params.update({f"n_{k}": v for k, v in row.items()})
             if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
