@@ -1,17 +1,18 @@
 """The PostgreSQL fast path: hot statements straight on libpq.
 
 Why: a lease operation is one short statement, and through SQLAlchemy and a
-psycopg cursor the client spent more time on it than the server did: ~200 µs
-of client CPU per operation (the execution context, converting and dumping
-parameters, prepared-statement bookkeeping), where this path takes about what
-a bare ``cursor.execute()`` of a parameterless UPDATE does (~100 µs on the
-benchmark machine, most of it the kernel's socket work). A step's claim and
+psycopg cursor the client spent more time on it than the server did (the
+execution context, converting and dumping parameters, prepared-statement
+bookkeeping), where this path takes about what a bare ``cursor.execute()`` of
+a parameterless UPDATE does, most of it the kernel's socket work
+(``benchmarks/leases.py`` measures both). A step's claim and
 its pass are the same story with wider rows: psycopg built a column
 description per row and per column, and re-parsed the pass statement on every
 call (it is longer than psycopg's query cache takes).
 
-So :class:`~pikku_celery.lease.sql.SQLLeaseService` and
-:class:`~pikku_celery.store.sql.SQLWorkflowStore` compile each hot statement
+So the PostgreSQL lease service and store
+(:mod:`pikku_celery.lease.sql_postgres`, :class:`pikku_celery.sql.runner.LibpqRunner`)
+compile each hot statement
 once, with SQLAlchemy as before, into PostgreSQL's ``$n`` form, and run it on
 the psycopg connection's libpq handle (``psycopg.Connection.pgconn``, psycopg's
 public low-level API): a server-side prepared statement, text parameters, no

@@ -13,12 +13,13 @@ live in one cluster slot:
 
 On a ``redis.Redis`` client the service sends its ``EVALSHA`` commands on a
 connection of its own, taken from the client's pool on first use, as bytes
-packed here. Why: the server answers a lease script in a few tens of µs, and
+packed here. Why: the server answers a lease script quickly, and
 ``execute_command`` (pool checkout, which polls the socket; argument
 encoding; metrics) cost the client about as much again as the whole round
 trip; on a connection of its own with pre-packed bytes the client's share is
-~20 µs. A thread that finds that connection busy uses the client as before,
-and so does a ``RedisCluster`` (slot routing, redirections).
+a fraction of that (``benchmarks/leases.py``). A thread that finds that
+connection busy uses the client as before, and so does a ``RedisCluster``
+(slot routing, redirections).
 
 Connection errors are retried as the client's ``Retry`` says, on either path.
 That is safe for every script: a retried acquire by the same holder keeps its

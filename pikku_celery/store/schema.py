@@ -174,7 +174,7 @@ step_table = sa.Table(
 # No foreign key to the step: every attempt row is written from its step row
 # in the same statement (the claim) or transaction (a child step), so a key
 # check would re-verify, on the hottest write of all, what the write
-# guarantees; measured, it is ~4% of a claim + complete cycle.
+# guarantees (``benchmarks/store.py`` shows its cost on a claim + complete).
 attempt_table = sa.Table(
     "pikku_workflow_step_attempt",
     metadata,
