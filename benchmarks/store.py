@@ -35,7 +35,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pikku_celery.db import make_engine
+from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import (
     Decision,
     NewRun,

@@ -4,8 +4,7 @@ Celery tasks become the steps of a workflow written as plain Python; every
 step's outcome lives in your SQL database, fenced by its attempt number.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .engine import Context, RunHandle, StepHandle, StepHistory, SweepReport, Workflow
 from .errors import (
@@ -34,6 +33,7 @@ from .errors import (
     WorkflowStepSupersededError,
     WorkflowTimeoutError,
 )
+from .lazy import lazy_attributes
 from .store.model import RunStatus, StepStatus
 
 if TYPE_CHECKING:
@@ -89,13 +89,4 @@ __all__ = [
     "transactional",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """The Celery integration and the transactional step, on first use (PEP 562):
-    importing the package loads neither Celery nor SQLAlchemy."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)

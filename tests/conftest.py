@@ -54,7 +54,7 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def sqlite_engine(sqlite_url: str) -> Iterator[sa.Engine]:
-    from pikku_celery.db import create_sqlite_engine
+    from pikku_celery.sql.engines import create_sqlite_engine
 
     engine = create_sqlite_engine(sqlite_url)
     yield engine

@@ -185,7 +185,7 @@ def test_the_walk_finds_the_public_modules() -> None:
         "pikku_celery.contrib.flask",
         "pikku_celery.cli",
         "pikku_celery.testing",
-        "pikku_celery.db",
+        "pikku_celery.sql.engines",
         "pikku_celery.payload",
         "pikku_celery.errors",
     ):

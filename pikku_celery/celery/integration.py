@@ -14,7 +14,6 @@ from typing import Any
 import sqlalchemy as sa
 from celery import Celery, signals
 
-from ..db import make_engine
 from ..engine.core import WorkflowEngine
 from ..engine.sweep import SweepReport
 from ..errors import (
@@ -25,6 +24,7 @@ from ..errors import (
 )
 from ..lease.base import LeaseService
 from ..names import check_id
+from ..sql.engines import make_engine
 from ..store.base import WorkflowStore
 from .dispatcher import (
     ORCHESTRATE,

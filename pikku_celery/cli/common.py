@@ -178,8 +178,8 @@ class CliState:
         url = self.database_url
         assert url is not None
         if self._url_engine is None or self._url_store is None:
-            from ..db import make_engine
             from ..errors import StoreError
+            from ..sql.engines import make_engine
             from ..store.sql import SQLWorkflowStore
 
             try:  # its errors never quote the URL (parsing's would, password and all)

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from ..db import now_ms_expr
+from ..sql.engines import now_ms_expr
 from ..store.schema import lease_table
 from .base import TTL, Lease, ttl_millis
 
@@ -103,6 +103,10 @@ class SQLLeaseService:
         # Single statements in autocommit need no transaction of their own.
         self._single_statement = self.autocommit and use_returning is not False
         self._build_statements()
+        self._setup()
+
+    def _setup(self) -> None:
+        """The dialect's own state, once the service is built."""
 
     # -- statements, built once ------------------------------------------------
 

@@ -4,7 +4,7 @@ Only what PostgreSQL does differently from the portable service (:mod:`.sql`):
 single statements in autocommit (no BEGIN/COMMIT round trips); a release
 that commits without waiting for the WAL flush; with psycopg, the four
 operations as prepared statements straight on libpq
-(:mod:`pikku_celery.libpq`), raising the same SQLAlchemy exceptions.
+(:mod:`pikku_celery.sql.libpq`), raising the same SQLAlchemy exceptions.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from ..store.schema import lease_table
 from .sql import SQLLeaseService
 
 if TYPE_CHECKING:
-    from ..libpq import PgStatement
+    from ..sql.libpq import PgStatement
 
 
 class PostgresLeaseService(SQLLeaseService):
@@ -27,18 +26,11 @@ class PostgresLeaseService(SQLLeaseService):
 
     autocommit = True
 
-    def __init__(
-        self,
-        engine: sa.Engine | sa.Connection,
-        table: str = lease_table.name,
-        *,
-        use_returning: bool | None = None,
-    ) -> None:
-        super().__init__(engine, table, use_returning=use_returning)
+    def _setup(self) -> None:
         self._prepared: dict[str, PgStatement] = {}
         if self._single_statement and self._engine.dialect.driver == "psycopg":
             # Imported here: psycopg is loaded only by services that use it.
-            from ..libpq import PgStatement
+            from ..sql.libpq import PgStatement
 
             statements = {
                 "acquire": self._acquire_returning,
@@ -80,7 +72,7 @@ class PostgresLeaseService(SQLLeaseService):
         stmt = self._prepared.get(operation)
         if stmt is None:
             return None
-        from ..libpq import run_direct, run_pooled
+        from ..sql.libpq import run_direct, run_pooled
 
         if self._conn is None:
             # No isolation level to set: libpq sends no BEGIN of its own.

@@ -1,7 +1,7 @@
 """Every SQLAlchemy private name pikku uses, each behind one small function.
 
-The PostgreSQL fast path (:mod:`pikku_celery.libpq`) and MySQL's batches
-(:mod:`pikku_celery.store.batch`) run statements beside SQLAlchemy's own
+The PostgreSQL fast path (:mod:`pikku_celery.sql.libpq`) and MySQL's batches
+(:mod:`pikku_celery.sql.mysql_batch`) run statements beside SQLAlchemy's own
 execution, yet must behave as if SQLAlchemy had run them: take the general
 path while someone logs or listens, raise SQLAlchemy's exceptions (with its
 invalidation on a disconnect and its ``handle_error`` events), return a

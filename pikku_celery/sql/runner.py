@@ -1,8 +1,8 @@
 """One statement, its rows: the interface the SQL store and lease service run through.
 
 Behind it sit plain SQLAlchemy (every dialect), the libpq prepared-statement
-path (PostgreSQL over psycopg: :mod:`pikku_celery.libpq`) and MySQL's
-multi-statement batches (:mod:`pikku_celery.store.batch`). Callers never
+path (PostgreSQL over psycopg: :mod:`pikku_celery.sql.libpq`) and MySQL's
+multi-statement batches (:mod:`pikku_celery.sql.mysql_batch`). Callers never
 know which ran: errors are SQLAlchemy's either way.
 """
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import sqlalchemy as sa
 
 if TYPE_CHECKING:
-    from ..libpq import PgStatement
+    from .libpq import PgStatement
 
 
 class Runner(Protocol):
@@ -60,7 +60,7 @@ class LibpqRunner:
 
     def __init__(self, engine: sa.Engine, fallback: Runner) -> None:
         # Imported here: psycopg is loaded only by stores that use it.
-        from ..libpq import PgStatement, run_pooled
+        from .libpq import PgStatement, run_pooled
 
         self.engine = engine
         self.fallback = fallback

@@ -1,8 +1,8 @@
 """The workflow store: runs, steps and attempts, with fenced outcomes."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..lazy import lazy_attributes
 from .base import Decide, WorkflowStore
 from .memory import InMemoryWorkflowStore
 from .model import (
@@ -54,12 +54,4 @@ __all__ = [
     "step_id_for",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """The SQL store, on first use (PEP 562): importing the package loads no SQLAlchemy."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)

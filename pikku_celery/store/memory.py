@@ -491,14 +491,7 @@ class InMemoryWorkflowStore:
             return None
         ok, result, error = child_outcome(run.id, replace(decision, output=output, error=error))
         now = self._clock()
-        self._steps[step.id] = replace(
-            step,
-            status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
-            result=result,
-            error=error,
-            wake_at=None,
-            updated_at=now,
-        )
+        self._steps[step.id] = step_resolved(step, ok, result, error, now)
         self._set_attempt(
             step.id,
             step.attempt,

@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
-from ..db import now_ms_expr
 from ..errors import (
     DuplicateStepError,
     RunNotFoundError,
@@ -43,6 +42,7 @@ from ..errors import (
 )
 from ..payload import dumps, loads
 from ..retry import ROLLED_BACK
+from ..sql.engines import now_ms_expr
 from ..sql.runner import Runner, SQLAlchemyRunner
 from ..sql.transient import rolled_back
 from .base import Decide
@@ -150,7 +150,7 @@ class SQLWorkflowStore:
     on first use (:meth:`prepare`), before anything is written; building the
     store touches no database. For SQLite (the embedded default) the tables
     are created on first use unless ``create_tables=False``. Build
-    SQLite engines with :func:`pikku_celery.db.make_engine`: its ``BEGIN
+    SQLite engines with :func:`pikku_celery.sql.engines.make_engine`: its ``BEGIN
     IMMEDIATE`` is what serialises writers there.
     """
 
@@ -179,8 +179,12 @@ class SQLWorkflowStore:
         self._upgrade_command = upgrade_command
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._setup()
 
     # --- what a dialect's store overrides to build itself ----------------------
+    def _setup(self) -> None:
+        """The dialect's own state, once the store is built."""
+
     def _make_statements(self) -> Statements:
         return _portable_statements(self._engine.dialect.name)
 

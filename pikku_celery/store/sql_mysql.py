@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import WorkflowStepFunctionMismatchError
-from .batch import Batch, run_batch, takes_batches
+from ..sql.mysql_batch import Batch, run_batch, takes_batches
 from .model import StepState
 from .rows import STEP_COLUMNS, step_from
 from .sql import SQLWorkflowStore
@@ -38,14 +38,7 @@ class MySQLWorkflowStore(SQLWorkflowStore):
     creates_tables = False
     statements: MySQLStatements
 
-    def __init__(
-        self,
-        engine: sa.Engine,
-        *,
-        create_tables: bool | None = None,
-        upgrade_command: str | None = None,
-    ) -> None:
-        super().__init__(engine, create_tables=create_tables, upgrade_command=upgrade_command)
+    def _setup(self) -> None:
         self._claim_batch: Batch | None = None
         self._outcome_batches: dict[str, Batch] = {}
 
@@ -54,7 +47,7 @@ class MySQLWorkflowStore(SQLWorkflowStore):
 
     def _learn(self) -> None:
         """Batches where the connections take them (PyMySQL with its
-        multi-statement flag, which :func:`pikku_celery.db.make_engine` sets)."""
+        multi-statement flag, which :func:`pikku_celery.sql.engines.make_engine` sets)."""
         if self._engine.dialect.driver != "pymysql":
             return
         with self._engine.connect() as conn:

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from ..errors import RunNotFoundError, WorkflowStepSupersededError
 from ..payload import loads
 from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
+from ..sql.settle import SETTLED_CHANNEL, SettleListener
 from .base import Decide
 from .changes import prepare_outcome, run_after_pass, step_created
 from .kept_views import FRESH_RUN_MS, ClaimView, FirstPass, Passed, PassedRuns, remember
@@ -42,7 +43,6 @@ from .model import (
 )
 from .rows import STEP_COLUMNS, run_from, step_from, step_params
 from .rules import encode_decision
-from .settle import SETTLED_CHANNEL, SettleListener
 from .sql import SQLWorkflowStore
 from .statements_postgres import CLAIM_VIEW_STEPS, PostgresStatements
 
@@ -58,14 +58,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
     creates_tables = False
     statements: PostgresStatements
 
-    def __init__(
-        self,
-        engine: sa.Engine,
-        *,
-        create_tables: bool | None = None,
-        upgrade_command: str | None = None,
-    ) -> None:
-        super().__init__(engine, create_tables=create_tables, upgrade_command=upgrade_command)
+    def _setup(self) -> None:
         self._settle: SettleListener | None = None
         self._claim_views: OrderedDict[tuple[str, int], ClaimView] = OrderedDict()
         # Runs just created, by the creating thread: the first pass that

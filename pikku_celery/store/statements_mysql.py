@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..db import now_ms_expr
+from ..sql.engines import now_ms_expr
 from .model import AttemptStatus
 from .statements import FENCE, OUTCOMES, A, S, Statements, _lit, _outcome_values, _p
 

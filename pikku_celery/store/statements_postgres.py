@@ -16,9 +16,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..db import now_ms_expr
+from ..sql.engines import now_ms_expr
+from ..sql.settle import SETTLED_CHANNEL
 from .model import AttemptStatus
-from .settle import SETTLED_CHANNEL
 from .statements import (
     FENCE,
     OUTCOMES,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from pikku_celery.db import create_sqlite_engine
+from pikku_celery.sql.engines import create_sqlite_engine
 from pikku_celery.store.schema import run_table
 from tests.helpers import wait_until
 

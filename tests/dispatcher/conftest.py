@@ -106,8 +106,8 @@ class Recorder:
             return [d for d in self._wakes if d.run_id == run_id]
 
 
-class RecordingPikku(Pikku):
-    """Pikku whose worker-side entry points only record what was delivered."""
+class Recording:
+    """Worker-side entry points that only record what was delivered."""
 
     recorder: Recorder
 
@@ -121,19 +121,12 @@ class RecordingPikku(Pikku):
         return None
 
 
-class RecordingEngine(WorkflowEngine):
-    """A plain engine whose worker-side entry points only record what was delivered."""
+class RecordingPikku(Recording, Pikku):
+    """Pikku, recording its deliveries."""
 
-    recorder: Recorder
 
-    def orchestrate(self, run_id: str, reason: str = "") -> None:
-        self.recorder.wake(run_id, reason)
-
-    def execute_step(
-        self, run_id: str, step_id: str, task_name: str, body: StepBody, queue: str | None = None
-    ) -> Any:
-        self.recorder.step(run_id, step_id, task_name, queue)
-        return None
+class RecordingEngine(Recording, WorkflowEngine):
+    """A plain engine, recording its deliveries."""
 
 
 # --- adapters and harnesses -----------------------------------------------------

@@ -18,7 +18,6 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from pikku_celery.db import create_sqlite_engine
 from pikku_celery.lease import (
     TTL,
     InMemoryLeaseService,
@@ -27,6 +26,7 @@ from pikku_celery.lease import (
     RedisLeaseService,
     SQLLeaseService,
 )
+from pikku_celery.sql.engines import create_sqlite_engine
 from tests.services import REDIS_URL
 
 # The five backends of the contract, plus code paths that would otherwise go

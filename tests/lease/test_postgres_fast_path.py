@@ -1,4 +1,4 @@
-"""The PostgreSQL lease statements run straight on libpq (``pikku_celery.libpq``).
+"""The PostgreSQL lease statements run straight on libpq (``pikku_celery.sql.libpq``).
 
 The conformance suite runs every rule through this path (and the cut line
 through a TCP proxy); these tests cover what is particular to it: prepared
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from pikku_celery.lease import SQLLeaseService
 from pikku_celery.lease.sql_postgres import PostgresLeaseService
-from pikku_celery.libpq import STATE_KEY
+from pikku_celery.sql.libpq import STATE_KEY
 from tests.helpers import wait_until
 from tests.lease.conftest import exercise, new_key
 from tests.services import terminate_backend

@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from celery import Celery, signals
 
 from pikku_celery import Context, Pikku, Workflow, step_connection, transactional
-from pikku_celery.db import now_ms_sql
+from pikku_celery.sql.engines import now_ms_sql
 
 STEPS = 5
 STEP_RETRIES = 50  # kills, the restart and the flush each cost a step an attempt

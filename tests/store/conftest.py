@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from pikku_celery.db import make_engine
+from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import InMemoryWorkflowStore, WorkflowStore
 from pikku_celery.store.schema import attempt_table, run_table, signal_table, step_table
 from pikku_celery.store.sql import SQLWorkflowStore

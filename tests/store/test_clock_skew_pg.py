@@ -44,7 +44,7 @@ FAST_WORKER = textwrap.dedent(
 
     _dt.datetime = FastDateTime
 
-    from pikku_celery.db import make_engine
+    from pikku_celery.sql.engines import make_engine
     from pikku_celery.store.sql import SQLWorkflowStore
 
     url, held, free = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -18,8 +18,8 @@ from alembic.migration import MigrationContext
 from click.testing import CliRunner
 
 from pikku_celery.cli import main
-from pikku_celery.db import make_engine
 from pikku_celery.errors import SchemaMissingError
+from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import migrate
 from pikku_celery.store.schema import metadata
 from pikku_celery.store.sql import SQLWorkflowStore

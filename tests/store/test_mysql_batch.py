@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.errors import WorkflowStepFunctionMismatchError, WorkflowStepSupersededError
+from pikku_celery.sql.mysql_batch import Batch, in_transaction, run_batch
 from pikku_celery.store import AttemptStatus, StepStatus
-from pikku_celery.store.batch import Batch, in_transaction, run_batch
 from pikku_celery.store.schema import step_table
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.store.sql_mysql import MySQLWorkflowStore

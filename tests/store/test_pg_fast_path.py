@@ -1,4 +1,4 @@
-"""The store's claim and optimistic pass run straight on libpq (``pikku_celery.libpq``).
+"""The store's claim and optimistic pass run straight on libpq (``pikku_celery.sql.libpq``).
 
 The conformance suite checks what a claim and a pass do, whichever path they
 take; these tests check how the store takes the fast one. Both statements
@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.errors import StoreError
-from pikku_celery.libpq import PgConnection, PgStatement
+from pikku_celery.sql.libpq import PgConnection, PgStatement
 from pikku_celery.sql.runner import LibpqRunner
 from pikku_celery.store import AdvanceResult, Decision, NewRun, RunView, StepOutcome, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore

@@ -33,6 +33,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from pikku_celery.sql.settle import SETTLED_CHANNEL
 from pikku_celery.store import (
     Decision,
     NewRun,
@@ -41,7 +42,6 @@ from pikku_celery.store import (
     RunView,
     StepStatus,
 )
-from pikku_celery.store.settle import SETTLED_CHANNEL
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.store.statements_postgres import CLAIM_VIEW_STEPS
 from tests.store.conftest import one_connection_store

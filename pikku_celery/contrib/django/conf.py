@@ -33,8 +33,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from ...db import make_engine
 from ...engine.core import WorkflowEngine
+from ...sql.engines import make_engine
 from .follow import follow_django_database
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from psycopg import pq
 from psycopg.adapt import Transformer
 from psycopg.errors import error_from_result
 
-from .sql.compat import (
+from .compat import (
     checkin_without_rollback,
     connection_has_listeners,
     connection_logs_statements,

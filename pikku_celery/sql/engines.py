@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from .errors import StoreError
+from ..errors import StoreError
 
 
 def now_ms_sql(dialect_name: str) -> str:
@@ -61,19 +61,16 @@ def create_sqlite_engine(url: str, **kwargs: Any) -> sa.Engine:
     return engine
 
 
-CLEAN_AFTER_BATCH = "pikku_clean_after_batch"
-
-
 def _pymysql_engine(url: str, **kwargs: Any) -> sa.Engine:
     """A MySQL/MariaDB engine whose connections take multi-statement batches.
 
     The store sends a claim and its COMMIT as one batch
-    (:mod:`pikku_celery.store.batch`), which needs PyMySQL's
+    (:mod:`pikku_celery.sql.mysql_batch`), which needs PyMySQL's
     ``MULTI_STATEMENTS`` client flag. Such a batch leaves the connection
     outside any transaction; returning it to the pool then skips the
     ``ROLLBACK`` round trip. Every other check-in rolls back as usual.
     """
-    from .store.batch import MULTI_STATEMENTS, in_transaction
+    from .mysql_batch import CLEAN_AFTER_BATCH, MULTI_STATEMENTS, in_transaction
 
     custom_reset = "pool_reset_on_return" in kwargs
     if not custom_reset:

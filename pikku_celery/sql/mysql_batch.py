@@ -3,7 +3,7 @@
 MySQL has no ``UPDATE ... RETURNING`` and no data-modifying CTEs, so a claim
 (the guarded UPDATE, the attempt row, the superseded mark, the read back) and
 its COMMIT would cost five round trips. PyMySQL connections opened with the
-``MULTI_STATEMENTS`` client flag (engines from :func:`pikku_celery.db.make_engine`
+``MULTI_STATEMENTS`` client flag (engines from :func:`pikku_celery.sql.engines.make_engine`
 have it) take them as one batch; the server runs the statements in order and
 stops at the first error, which rolls the batch's transaction back when the
 connection returns to the pool. Connections without the flag use the one
@@ -26,8 +26,11 @@ from pymysql.constants import CLIENT, SERVER_STATUS
 from pymysql.converters import escape_item
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from ..db import CLEAN_AFTER_BATCH
-from ..sql.compat import raise_dbapi_error
+from .compat import raise_dbapi_error
+
+CLEAN_AFTER_BATCH = "pikku_clean_after_batch"
+"""Key in a pool record's ``info``: a batch left the connection outside a
+transaction, so its check-in needs no ROLLBACK."""
 
 MULTI_STATEMENTS: int = CLIENT.MULTI_STATEMENTS
 
