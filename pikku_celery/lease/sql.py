@@ -226,8 +226,8 @@ class SQLLeaseService:
         if rows is not None:
             if not rows:
                 return None
-            _, token, expires = rows[0]
-            return Lease(key, holder, int(token), _to_datetime(int(expires)))
+            row = rows[0]
+            return Lease(key, holder, int(row.token), _to_datetime(int(row.expires_at)))
 
         def work(conn: sa.Connection) -> Lease | None:
             if self._returning(conn, "insert"):
@@ -254,7 +254,7 @@ class SQLLeaseService:
         }
         rows = self._fast("refresh", params)
         if rows is not None:
-            return _lease_with(lease, int(rows[0][0])) if rows else None
+            return _lease_with(lease, int(rows[0].expires_at)) if rows else None
 
         def work(conn: sa.Connection) -> Lease | None:
             if self._refresh_returning is not None and self._returning(conn, "update"):
@@ -287,8 +287,8 @@ class SQLLeaseService:
         if rows is not None:
             if not rows:
                 return None
-            holder, token, expires = rows[0]
-            return Lease(key, holder, int(token), _to_datetime(int(expires)))
+            row = rows[0]
+            return Lease(key, row.holder, int(row.token), _to_datetime(int(row.expires_at)))
         with self._begin(single=True) as conn:
             row = conn.execute(self._get, params).first()
         if row is None:

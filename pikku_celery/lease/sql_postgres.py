@@ -10,15 +10,13 @@ operations as prepared statements straight on libpq
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
 from .sql import SQLLeaseService
-
-if TYPE_CHECKING:
-    from ..sql.libpq import PgStatement
 
 
 class PostgresLeaseService(SQLLeaseService):
@@ -27,26 +25,31 @@ class PostgresLeaseService(SQLLeaseService):
     autocommit = True
 
     def _setup(self) -> None:
-        self._prepared: dict[str, PgStatement] = {}
-        if self._single_statement and self._engine.dialect.driver == "psycopg":
-            # Imported here: psycopg is loaded only by services that use it.
-            from ..sql.libpq import PgStatement
-
-            statements = {
-                "acquire": self._acquire_returning,
-                "refresh": self._refresh_returning,
-                "release": self._release,
-                "get": self._get,
-            }
-            dialect = self._engine.dialect
-            for name, stmt in statements.items():
-                assert stmt is not None
-                self._prepared[name] = PgStatement.compile(stmt, dialect, "pikku_lease_")
+        self._statements = {
+            "acquire": self._acquire_returning,
+            "refresh": self._refresh_returning,
+            "release": self._release,
+            "get": self._get,
+        }
+        self.runner: Runner | None = None
+        """How the four operations run, when they run as single statements."""
+        if not self._single_statement:
+            return
+        fallback = SQLAlchemyRunner(lambda: self._begin(single=True))
+        self.runner = fallback
+        if self._engine.dialect.driver == "psycopg":
+            self.runner = LibpqRunner(
+                self._engine,
+                fallback,
+                prefix="pikku_lease_",
+                connection=self._conn,
+                lock=self._lock,
+            )
 
     @property
     def on_libpq(self) -> bool:
         """Whether the four operations run as prepared statements on libpq."""
-        return bool(self._prepared)
+        return isinstance(self.runner, LibpqRunner)
 
     def _insert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
@@ -63,24 +66,7 @@ class PostgresLeaseService(SQLLeaseService):
         )
 
     def _fast(self, operation: str, params: Mapping[str, Any]) -> Sequence[Any] | None:
-        """Run one statement straight on libpq; its rows.
-
-        None: this call takes the general path instead (a value libpq cannot
-        take as text, execution event listeners to fire or ``echo`` on, a
-        transaction left open on the connection).
-        """
-        stmt = self._prepared.get(operation)
-        if stmt is None:
+        """The operation as one statement in autocommit, through the runner."""
+        if self.runner is None:
             return None
-        from ..sql.libpq import run_direct, run_pooled
-
-        if self._conn is None:
-            # No isolation level to set: libpq sends no BEGIN of its own.
-            return run_pooled(self._engine, stmt, params)
-        with self._lock:
-            conn = self._conn
-            if conn.invalidated:
-                # Reconnect as _begin does, so the connection is in
-                # autocommit for the general path too.
-                conn.execution_options(isolation_level="AUTOCOMMIT")
-            return run_direct(conn, stmt, params)
+        return self.runner.rows(self._statements[operation], params)

@@ -27,6 +27,7 @@ from pymysql.converters import escape_item
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from .compat import raise_dbapi_error
+from .runner import Runner
 
 CLEAN_AFTER_BATCH = "pikku_clean_after_batch"
 """Key in a pool record's ``info``: a batch left the connection outside a
@@ -46,7 +47,14 @@ class Batch:
     SQLAlchemy's ``construct_params`` per statement.
     """
 
-    def __init__(self, dialect: sa.Dialect, statements: Sequence[sa.ClauseElement | str]) -> None:
+    def __init__(
+        self,
+        dialect: sa.Dialect,
+        statements: Sequence[sa.ClauseElement | str],
+        rows_of: int | None = None,
+    ) -> None:
+        """``rows_of``: the statement whose rows the batch answers with (by
+        index); None: the first statement's row count, as one row."""
         if dialect.paramstyle != "pyformat":
             raise ValueError(f"batches are built for PyMySQL, not {dialect.driver}")
         self._names: list[tuple[str, str]] = []  # (placeholder, caller's name)
@@ -59,6 +67,7 @@ class Batch:
                 parts.append(self._render(compiled, f"b{i}_"))
         self.sql = ";\n".join(parts)
         self.commits = parts[-1].strip().upper() == "COMMIT"
+        self.rows_of = rows_of
 
     def _render(self, compiled: SQLCompiler, prefix: str) -> str:
         return _NAMED.sub(lambda m: self._bind(compiled, prefix, m[1]), str(compiled))
@@ -127,3 +136,21 @@ def run_batch(
         with contextlib.suppress(Exception):  # a dead connection cannot drain its results
             cursor.close()
     return out
+
+
+class BatchRunner:
+    """A :class:`Batch` as one round trip; any other statement through ``fallback``."""
+
+    def __init__(self, engine: sa.Engine, fallback: Runner) -> None:
+        self.engine = engine
+        self.fallback = fallback
+
+    def rows(self, statement: Any, params: Mapping[str, Any]) -> Sequence[Any]:
+        """The batch's answer (see :class:`Batch`), or the statement's rows."""
+        if not isinstance(statement, Batch):
+            return self.fallback.rows(statement, params)
+        with self.engine.connect() as conn:
+            results = run_batch(conn, statement, params)
+        if statement.rows_of is None:
+            return [(results[0][0],)]
+        return results[statement.rows_of][1] or []

@@ -193,7 +193,7 @@ class SQLWorkflowStore:
         return self._engine
 
     def _make_runner(self) -> Runner:
-        return SQLAlchemyRunner(self._single)
+        return SQLAlchemyRunner(self._single.begin)
 
     def _learn(self) -> None:
         """What the connections can do, learnt once by :meth:`prepare`."""

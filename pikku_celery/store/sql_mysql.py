@@ -17,7 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import WorkflowStepFunctionMismatchError
-from ..sql.mysql_batch import Batch, run_batch, takes_batches
+from ..sql.mysql_batch import Batch, BatchRunner, takes_batches
+from ..sql.runner import Runner, SQLAlchemyRunner
 from .model import StepState
 from .rows import STEP_COLUMNS, step_from
 from .sql import SQLWorkflowStore
@@ -45,6 +46,9 @@ class MySQLWorkflowStore(SQLWorkflowStore):
     def _make_statements(self) -> MySQLStatements:
         return _statements()
 
+    def _make_runner(self) -> Runner:
+        return BatchRunner(self._engine, SQLAlchemyRunner(self._single.begin))
+
     def _learn(self) -> None:
         """Batches where the connections take them (PyMySQL with its
         multi-statement flag, which :func:`pikku_celery.sql.engines.make_engine` sets)."""
@@ -61,7 +65,9 @@ class MySQLWorkflowStore(SQLWorkflowStore):
         tests/store/test_mysql_batch.py): ``inline_row_count``; MySQL gets
         the session-variable form."""
         d, st = self._engine.dialect, self.statements
-        self._claim_batch = Batch(d, st.claim_batch(inline_row_count))
+        # The claim answers with its read back, the batch's last statement
+        # before COMMIT.
+        self._claim_batch = Batch(d, st.claim_batch(inline_row_count), rows_of=-2)
         self._outcome_batches = {
             kind: Batch(d, st.outcome_batch(kind, inline_row_count)) for kind in st.fenced_step
         }
@@ -75,8 +81,7 @@ class MySQLWorkflowStore(SQLWorkflowStore):
         batch = self._claim_batch
         if batch is None:
             return super()._claim(params)
-        with self._engine.connect() as conn:
-            _, rows, _names = run_batch(conn, batch, params)[-2]
+        rows = self.runner.rows(batch, params)
         if not rows:
             return None
         row = SimpleNamespace(**dict(zip(PACKED_CLAIM, json.loads(rows[0][0]), strict=True)))
@@ -100,5 +105,5 @@ class MySQLWorkflowStore(SQLWorkflowStore):
         batch = self._outcome_batches.get(kind)
         if batch is None:
             return super()._fenced_outcome(kind, params)
-        with self._engine.connect() as conn:
-            return bool(run_batch(conn, batch, params)[0][0] == 1)
+        [(matched,)] = self.runner.rows(batch, params)
+        return bool(matched == 1)

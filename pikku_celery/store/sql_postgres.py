@@ -78,7 +78,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
         return self._engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def _make_runner(self) -> Runner:
-        fallback = SQLAlchemyRunner(self._single)
+        fallback = SQLAlchemyRunner(self._single.begin)
         if self._engine.dialect.driver == "psycopg":
             return LibpqRunner(self._engine, fallback)
         return fallback
