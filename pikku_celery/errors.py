@@ -96,15 +96,23 @@ class RunNotFoundError(StoreError, LookupError):
 
 
 class WorkflowStepSupersededError(StoreError):
-    """An outcome write came from an attempt that is no longer current.
+    """An outcome write came from an attempt (or a claim) that is no longer current.
 
     Raised by fenced writes; nothing was changed.
     """
 
-    def __init__(self, step_id: str, attempt: int) -> None:
-        super().__init__(f"step {step_id} attempt {attempt} is no longer the current attempt")
+    def __init__(self, step_id: str, attempt: int, claim_lost: bool = False) -> None:
+        reason = (
+            "its claim is no longer the step's: the claim id differs (the database lost "
+            "that claim, and the step was claimed again with the same attempt number)"
+            if claim_lost
+            else "it is no longer the current attempt"
+        )
+        super().__init__(f"step {step_id} attempt {attempt}: {reason}")
         self.step_id = step_id
         self.attempt = attempt
+        self.claim_lost = claim_lost
+        """Whether the attempt number matched and the claim id did not."""
 
 
 class WorkflowStepLeaseExpiredError(StoreError):

@@ -66,6 +66,7 @@ class Pikku(WorkflowEngine):
         orchestration_queue: str | None = None,
         install_beat: bool = True,
         upgrade_command: str | None = None,
+        durable_claims: bool = False,
         **options: Any,
     ) -> None:
         if store is None and engine is None and database_url is None:
@@ -76,7 +77,9 @@ class Pikku(WorkflowEngine):
             from ..store.sql import SQLWorkflowStore
 
             assert self.sql_engine is not None
-            store = SQLWorkflowStore(self.sql_engine, upgrade_command=upgrade_command)
+            store = SQLWorkflowStore(
+                self.sql_engine, upgrade_command=upgrade_command, durable_claims=durable_claims
+            )
         if lease_service is None:
             if self.sql_engine is not None:
                 from ..lease.sql import SQLLeaseService

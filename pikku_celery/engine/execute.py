@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -70,13 +71,14 @@ def execute_step(
     if step is None:
         _unclaimed(engine, run_id, step_id, lease_ms)
         return None
-    holding = engine.keeper.hold(step.id, step.attempt, lease_ms)
+    holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id)
     try:
         try:
             if _wants_transaction(body, step):
                 outcome, committed = _run_in_transaction(engine, step, body)
             else:
                 outcome, committed = _run_body(step, body), False
+            outcome = replace(outcome, claim_id=step.claim_id)  # fenced on the claim too
         except WorkflowStepSupersededError as exc:
             log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
             return None
@@ -126,7 +128,10 @@ def _run_in_transaction(
         return StepOutcome(step.id, step.attempt, ok=False, error=error_info(err)), False
     try:
         result = store.complete_in_transaction(
-            step.id, step.attempt, lambda conn: run_with_connection(conn, lambda: body(step))
+            step.id,
+            step.attempt,
+            lambda conn: run_with_connection(conn, lambda: body(step)),
+            step.claim_id,
         )
     except WorkflowStepSupersededError:
         raise

@@ -28,6 +28,7 @@ class StepHolding:
     step_id: str
     attempt: int
     lease_ms: int
+    claim_id: str | None = None  # renewals are fenced on the claim too
     lost: threading.Event = field(default_factory=threading.Event)
     renewals: int = 0
     deadline: float = 0.0  # monotonic: when the last granted lease ends
@@ -46,10 +47,15 @@ class StepLeaseKeeper:
         self._thread: threading.Thread | None = None
         self._pid = 0
 
-    def hold(self, step_id: str, attempt: int, lease_ms: int) -> StepHolding:
-        """Start renewing the lease of a step's attempt; the first renewal is due at lease/2."""
+    def hold(
+        self, step_id: str, attempt: int, lease_ms: int, claim_id: str | None = None
+    ) -> StepHolding:
+        """Start renewing the lease of a step's attempt (under its claim
+        ``claim_id``); the first renewal is due at lease/2."""
         now = time.monotonic()
-        holding = StepHolding(step_id, attempt, lease_ms, deadline=now + lease_ms / 1000)
+        holding = StepHolding(
+            step_id, attempt, lease_ms, claim_id=claim_id, deadline=now + lease_ms / 1000
+        )
         entry = (now + lease_ms / 2000, next(self._seq), holding)
         with self._cond:
             self._ensure_thread()
@@ -103,7 +109,9 @@ class StepLeaseKeeper:
         started = time.monotonic()
         half = holding.lease_ms / 2000
         try:
-            ok = self._store.refresh_step_lease(holding.step_id, holding.attempt, holding.lease_ms)
+            ok = self._store.refresh_step_lease(
+                holding.step_id, holding.attempt, holding.lease_ms, holding.claim_id
+            )
         except Exception as exc:
             if time.monotonic() >= holding.deadline:
                 log.warning("step %s lost its lease: store unreachable", holding.step_id)
@@ -115,7 +123,7 @@ class StepLeaseKeeper:
             return None  # the outcome was written meanwhile: nothing was lost
         if not ok:
             log.warning(
-                "step %s attempt %d lost its lease: another attempt owns it",
+                "step %s attempt %d lost its lease: another attempt (or claim) owns it",
                 holding.step_id,
                 holding.attempt,
             )

@@ -74,6 +74,27 @@ class WorkflowStore(Protocol):
         """Reopen a failed run: its failed steps get fresh attempts."""
         ...
 
+    # --- reads for people: the run page and the command line -----------------
+    def count_runs_by_status(
+        self,
+        *,
+        workflow: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> dict[RunStatus, int]:
+        """How many runs there are of each status (every status a key, 0 for
+        none), with :meth:`list_runs`'s filters but the status."""
+        ...
+
+    def runs_with_key(self, idempotency_key: str, limit: int = 50) -> list[RunState]:
+        """Runs started with this idempotency key, of any workflow, newest first."""
+        ...
+
+    def get_signals(self, run_id: str) -> dict[str, JSON]:
+        """The signals sent to the run, name to payload (the first of each
+        name, which is the one its wait sees); empty for an unknown run."""
+        ...
+
     # --- steps ---------------------------------------------------------------
     def get_steps(self, run_id: str) -> list[StepState]:
         """All steps of a run in one query, in the order they were recorded."""
@@ -110,18 +131,29 @@ class WorkflowStore(Protocol):
         """
         ...
 
-    def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
+    def refresh_step_lease(
+        self, step_id: str, attempt: int, lease_ms: int | None, claim_id: str | None = None
+    ) -> bool:
         """Extend the lease of the current attempt; None parks the step.
-        False once the step is no longer that attempt's."""
+        False once the step is no longer that attempt's, or no longer that
+        claim's (``claim_id`` of the claimed step; None: any claim)."""
         ...
 
-    def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
+    def complete_step(
+        self, step_id: str, attempt: int, result: JSON, claim_id: str | None = None
+    ) -> None:
         """Fenced success: raises :class:`WorkflowStepSupersededError` and
-        changes nothing unless ``attempt`` is current and running."""
+        changes nothing unless ``attempt`` (and its claim ``claim_id``) is
+        current and running."""
         ...
 
     def fail_step(
-        self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        error: ErrorInfo,
+        retry_delay: float | None = None,
+        claim_id: str | None = None,
     ) -> None:
         """Fenced failure; ``retry_delay`` keeps attempts open (if any are left)."""
         ...
@@ -199,7 +231,11 @@ class TransactionalSteps(Protocol):
     """A store whose steps' own writes can commit with their outcome."""
 
     def complete_in_transaction(
-        self, step_id: str, attempt: int, body: Callable[[Any], JSON]
+        self,
+        step_id: str,
+        attempt: int,
+        body: Callable[[Any], JSON],
+        claim_id: str | None = None,
     ) -> JSON:
         """Run ``body(connection)`` and the fenced success write in one transaction."""
         ...

@@ -12,6 +12,7 @@ stores to each other. (An outcome's change is
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,10 +64,15 @@ def prepare_outcome(steps: list[StepState], outcome: StepOutcome, now: int) -> P
     before anything is written (the write itself is fenced again)."""
     index = next((i for i, s in enumerate(steps) if s.id == outcome.step_id), None)
     step = None if index is None else steps[index]
-    if step is not None and (step.status != StepStatus.RUNNING or step.attempt != outcome.attempt):
-        raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+    if step is not None and not fence_holds(step, outcome.attempt, outcome.claim_id):
+        raise superseded(outcome.step_id, step, outcome.attempt, outcome.claim_id)
     where = f"step {step.name!r}" if step is not None else f"step {outcome.step_id}"
-    params: dict[str, Any] = {"p_id": outcome.step_id, "p_attempt": outcome.attempt, "p_now": now}
+    params: dict[str, Any] = {
+        "p_id": outcome.step_id,
+        "p_attempt": outcome.attempt,
+        "p_claim": outcome.claim_id,
+        "p_now": now,
+    }
     if outcome.ok:
         params["p_result"] = text = dumps(outcome.result, where, "result")
         kind = "complete"
@@ -113,6 +119,55 @@ def step_created(run: RunState, enc: EncodedStep, now: int) -> StepState:
     if new.kind == StepKind.VALUE or new.status == StepStatus.SUCCEEDED:
         step = replace(step, status=StepStatus.SUCCEEDED, result=loads(enc.value))
     return step
+
+
+def new_claim_id() -> str:
+    """A claim's random id: no two claims of a step share one, whatever the
+    database forgot."""
+    return os.urandom(16).hex()
+
+
+def step_claimed(step: StepState, worker: str, lease_ms: int, now: int, claim_id: str) -> StepState:
+    """A step as a claim leaves it: running as its next attempt, under a lease
+    on the store's clock, with the claim's id."""
+    return replace(
+        step,
+        status=StepStatus.RUNNING,
+        attempt=step.attempt + 1,
+        lease_expires_at=now + lease_ms,
+        wake_at=None,
+        worker=worker,
+        result=None,
+        error=None,
+        updated_at=now,
+        claim_id=claim_id,
+    )
+
+
+def fence_holds(step: StepState | None, attempt: int, claim_id: str | None) -> bool:
+    """Whether a write of ``attempt`` under claim ``claim_id`` may land on
+    ``step`` (rules 2 and 3): it runs that attempt under that claim (a None
+    claim: any)."""
+    return (
+        step is not None
+        and step.status == StepStatus.RUNNING
+        and step.attempt == attempt
+        and (claim_id is None or step.claim_id == claim_id)
+    )
+
+
+def superseded(
+    step_id: str, step: StepState | None, attempt: int, claim_id: str | None
+) -> WorkflowStepSupersededError:
+    """The refusal of a write whose fence did not hold, saying whether only
+    the claim id differed (a claim the database lost)."""
+    claim_lost = (
+        step is not None
+        and step.attempt == attempt
+        and claim_id is not None
+        and step.claim_id != claim_id
+    )
+    return WorkflowStepSupersededError(step_id, attempt, claim_lost)
 
 
 def step_parked_on_child(step: StepState, child_run_id: str) -> StepState:

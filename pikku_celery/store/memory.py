@@ -18,18 +18,22 @@ from ..errors import (
     RunSettledError,
     StoreError,
     WorkflowStepFunctionMismatchError,
-    WorkflowStepSupersededError,
 )
 from ..payload import loads, normalise
 from .base import Decide
 from .changes import (
+    fence_holds,
+    new_claim_id,
     run_after_pass,
     run_created,
+    step_claimed,
     step_created,
     step_parked_on_child,
     step_resolved,
+    superseded,
 )
 from .model import (
+    BROKER,
     JSON,
     AdvanceResult,
     AttemptState,
@@ -176,6 +180,35 @@ class InMemoryWorkflowStore:
                     )
             return self._touch_run(run, status=RunStatus.RUNNING, error=None, wake_at=now)
 
+    # --- reads for people ----------------------------------------------------
+    def count_runs_by_status(
+        self,
+        *,
+        workflow: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> dict[RunStatus, int]:
+        counts = dict.fromkeys(RunStatus, 0)
+        with self._lock:
+            for r in self._runs.values():
+                if (
+                    (workflow is None or r.workflow == workflow)
+                    and (since is None or r.created_at >= since)
+                    and (until is None or r.created_at < until)
+                ):
+                    counts[r.status] += 1
+        return counts
+
+    def runs_with_key(self, idempotency_key: str, limit: int = 50) -> list[RunState]:
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.idempotency_key == idempotency_key]
+        runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return runs[:limit]
+
+    def get_signals(self, run_id: str) -> dict[str, JSON]:
+        with self._lock:
+            return dict(self._signals.get(run_id, {}))
+
     # --- steps ---------------------------------------------------------------
     def get_steps(self, run_id: str) -> list[StepState]:
         with self._lock:
@@ -232,33 +265,30 @@ class InMemoryWorkflowStore:
                 return None
             if lapsed:
                 self._set_attempt(step_id, step.attempt, status=AttemptStatus.SUPERSEDED)
-            claimed = replace(
-                step,
-                status=StepStatus.RUNNING,
-                attempt=step.attempt + 1,
-                lease_expires_at=now + lease_ms,
-                wake_at=None,
-                worker=worker,
-                result=None,
-                error=None,
-                updated_at=now,
-            )
+            claimed = step_claimed(step, worker, lease_ms, now, new_claim_id())
             self._steps[step_id] = claimed
             self._attempts.setdefault(step_id, []).append(
                 AttemptState(
-                    step_id, claimed.attempt, AttemptStatus.RUNNING, worker=worker, started_at=now
+                    step_id,
+                    claimed.attempt,
+                    AttemptStatus.RUNNING,
+                    worker=worker,
+                    started_at=now,
+                    claim_id=claimed.claim_id,
+                    dispatch=BROKER,
                 )
             )
             return claimed
 
-    def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
+    def refresh_step_lease(
+        self, step_id: str, attempt: int, lease_ms: int | None, claim_id: str | None = None
+    ) -> bool:
         with self._lock:
             step = self._steps.get(step_id)
             now = self._clock()
             if (
                 step is None
-                or step.status != StepStatus.RUNNING
-                or step.attempt != attempt
+                or not fence_holds(step, attempt, claim_id)
                 or (step.lease_expires_at is not None and step.lease_expires_at <= now)
             ):
                 return False
@@ -266,16 +296,18 @@ class InMemoryWorkflowStore:
             self._steps[step_id] = replace(step, lease_expires_at=expires, updated_at=now)
             return True
 
-    def _fenced(self, step_id: str, attempt: int) -> StepState:
+    def _fenced(self, step_id: str, attempt: int, claim_id: str | None) -> StepState:
         step = self._steps.get(step_id)
-        if step is None or step.status != StepStatus.RUNNING or step.attempt != attempt:
-            raise WorkflowStepSupersededError(step_id, attempt)
+        if step is None or not fence_holds(step, attempt, claim_id):
+            raise superseded(step_id, step, attempt, claim_id)
         return step
 
-    def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
+    def complete_step(
+        self, step_id: str, attempt: int, result: JSON, claim_id: str | None = None
+    ) -> None:
         value = normalise(result, f"step {step_id}", "result")
         with self._lock:
-            self._complete(self._fenced(step_id, attempt), value)
+            self._complete(self._fenced(step_id, attempt, claim_id), value)
 
     def _complete(self, step: StepState, value: JSON, now: int | None = None) -> None:
         now = self._clock() if now is None else now
@@ -286,11 +318,16 @@ class InMemoryWorkflowStore:
         )
 
     def fail_step(
-        self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        error: ErrorInfo,
+        retry_delay: float | None = None,
+        claim_id: str | None = None,
     ) -> None:
         err = normalise(error, f"step {step_id}", "error")
         with self._lock:
-            self._fail(self._fenced(step_id, attempt), err, retry_delay)
+            self._fail(self._fenced(step_id, attempt, claim_id), err, retry_delay)
 
     def _fail(
         self, step: StepState, err: ErrorInfo, retry_delay: float | None, now: int | None = None
@@ -343,7 +380,8 @@ class InMemoryWorkflowStore:
                 run = self._run(run_id)
                 stored = outcome
                 if outcome is not None:
-                    where = f"step {self._fenced(outcome.step_id, outcome.attempt).name!r}"
+                    fenced = self._fenced(outcome.step_id, outcome.attempt, outcome.claim_id)
+                    where = f"step {fenced.name!r}"
                     stored = replace(
                         outcome,
                         result=normalise(outcome.result, where, "result"),
@@ -384,7 +422,7 @@ class InMemoryWorkflowStore:
 
     def _apply_outcome(self, outcome: StepOutcome, now: int) -> None:
         """The fenced outcome on the pass's clock ``now``, as the pass's view shows it."""
-        step = self._fenced(outcome.step_id, outcome.attempt)
+        step = self._fenced(outcome.step_id, outcome.attempt, outcome.claim_id)
         where = f"step {step.name!r}"
         if outcome.ok:
             self._complete(step, normalise(outcome.result, where, "result"), now)

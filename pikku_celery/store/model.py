@@ -145,6 +145,7 @@ class StepState:
     worker: str | None = None
     scheduled_at: int | None = None  # when its last message was sent
     route: dict[str, JSON] | None = None  # ctx.step's routing options (exchange, routing_key...)
+    claim_id: str | None = None  # the current claim's random id (fences outcomes, renewals)
     created_at: int = 0
     updated_at: int = 0
 
@@ -160,6 +161,12 @@ class StepState:
         )
 
 
+BROKER = "broker"
+"""An attempt's dispatch: its worker took it from a broker message."""
+EAGER = "eager"
+"""An attempt's dispatch: the worker that finished the step before it ran it at once."""
+
+
 @dataclass(frozen=True)
 class AttemptState:
     """One attempt of a step: who ran it, when, and how it ended."""
@@ -172,6 +179,8 @@ class AttemptState:
     error: ErrorInfo | None = None
     started_at: int = 0
     finished_at: int | None = None
+    claim_id: str | None = None  # the claim that made this attempt
+    dispatch: str | None = None  # how it reached its worker: "broker" or "eager"
 
 
 @dataclass(frozen=True)
@@ -220,7 +229,7 @@ class StepResolution:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What a worker's attempt produced, fenced by ``attempt``.
+    """What a worker's attempt produced, fenced by ``attempt`` and ``claim_id``.
 
     ``retry_delay`` (seconds) set on a failure asks for another attempt no
     sooner than that; None fails the step for good.
@@ -232,6 +241,7 @@ class StepOutcome:
     result: JSON = None
     error: ErrorInfo | None = None
     retry_delay: float | None = None
+    claim_id: str | None = None  # the claim that ran it (None: fenced on the attempt alone)
 
 
 @dataclass

@@ -90,6 +90,7 @@ def step_from(row: Any) -> StepState:
         created_at=row.created_at,
         updated_at=row.updated_at,
         route=read_stored(row.route, _STEP_COLUMN, run_id, name, "route"),
+        claim_id=row.claim_id,
     )
 
 
@@ -105,6 +106,8 @@ def attempt_from(row: Any) -> AttemptState:
         error=read_stored(row.error, _ATTEMPT_COLUMN, *place, "error"),
         started_at=row.started_at,
         finished_at=row.finished_at,
+        claim_id=row.claim_id,
+        dispatch=row.dispatch,
     )
 
 
@@ -135,6 +138,7 @@ def step_params(step: StepState, args: str, kwargs: str, result: str | None) -> 
         "created_at": step.created_at,
         "updated_at": step.updated_at,
         "route": None if step.route is None else json.dumps(step.route, separators=(",", ":")),
+        "claim_id": step.claim_id,
     }
 
 

@@ -71,6 +71,7 @@ ID = _key_string(36)
 NAME = _key_string()
 STATUS = sa.String(16)
 MS = sa.BigInteger()
+CLAIM_ID = _key_string(32)
 JSON_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 run_table = sa.Table(
@@ -132,6 +133,8 @@ step_table = sa.Table(
     sa.Column("updated_at", MS, nullable=False),
     # ctx.step's routing options (JSON: exchange, routing_key, priority, queue)
     sa.Column("route", JSON_TEXT, nullable=True),
+    # the current claim's random id: outcomes and renewals are fenced on it too
+    sa.Column("claim_id", CLAIM_ID, nullable=True),
     # one step per name per run; also serves the replay read (WHERE run_id =
     # ..., a handful of rows sorted by seq) and the idle-run sweep's probe
     sa.UniqueConstraint("run_id", "name", name="uq_pikku_step_run_name"),
@@ -187,6 +190,8 @@ attempt_table = sa.Table(
     sa.Column("error", JSON_TEXT, nullable=True),
     sa.Column("started_at", MS, nullable=False),
     sa.Column("finished_at", MS, nullable=True),
+    sa.Column("claim_id", CLAIM_ID, nullable=True),  # the claim that made the attempt
+    sa.Column("dispatch", _key_string(16), nullable=True),  # how it reached its worker
 )
 
 signal_table = sa.Table(

@@ -40,22 +40,25 @@ from ..errors import (
     WorkflowStepFunctionMismatchError,
     WorkflowStepSupersededError,
 )
-from ..payload import dumps, loads
+from ..payload import dumps, loads, read_stored
 from ..retry import ROLLED_BACK
 from ..sql.engines import now_ms_expr
 from ..sql.runner import Runner, SQLAlchemyRunner
 from ..sql.transient import rolled_back
 from .base import Decide
 from .changes import (
+    new_claim_id,
     prepare_outcome,
     run_after_pass,
     run_created,
     step_created,
     step_parked_on_child,
     step_resolved,
+    superseded,
 )
 from .kept_views import FirstPass
 from .model import (
+    BROKER,
     JSON,
     AdvanceResult,
     AttemptState,
@@ -79,7 +82,7 @@ from .rules import (
     lease_expired_error,
     run_cancelled_error,
 )
-from .schema import STORE_TABLES
+from .schema import STORE_TABLES, run_table, signal_table
 from .statements import Statements
 
 PASS_RACES = 50  # a pass overtaken this often in a row gives up (a wake-up retries it)
@@ -168,8 +171,12 @@ class SQLWorkflowStore:
         *,
         create_tables: bool | None = None,
         upgrade_command: str | None = None,
+        durable_claims: bool = False,
     ) -> None:
         self._engine = engine
+        self.durable_claims = durable_claims
+        """Whether a claim from a message waits for its commit to be durable
+        (PostgreSQL commits it asynchronously otherwise; elsewhere it always waits)."""
         self.statements = self._make_statements()
         """Every statement this store runs, by name: ``statements.named()``."""
         self._single = self._single_statement_engine()
@@ -383,6 +390,57 @@ class SQLWorkflowStore:
             conn.execute(self.statements.run_reopen, {"p_id": run_id, "p_now": now})
             return self._reread(conn, run_id)
 
+    # --- reads for people ----------------------------------------------------
+    @_prepared
+    def count_runs_by_status(
+        self,
+        *,
+        workflow: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> dict[RunStatus, int]:
+        R = run_table
+        q = sa.select(R.c.status, sa.func.count()).group_by(R.c.status)
+        if workflow is not None:
+            q = q.where(R.c.workflow == workflow)
+        if since is not None:
+            q = q.where(R.c.created_at >= since)
+        if until is not None:
+            q = q.where(R.c.created_at < until)
+        counts = dict.fromkeys(RunStatus, 0)
+        with self._one() as conn:
+            for status, n in conn.execute(q):
+                counts[RunStatus(status)] = int(n)
+        return counts
+
+    @_prepared
+    def runs_with_key(self, idempotency_key: str, limit: int = 50) -> list[RunState]:
+        # No index leads with the key (the unique one is (workflow, key)): a
+        # person's search, bounded by the limit, not a hot path.
+        R = run_table
+        q = (
+            sa.select(R)
+            .where(R.c.idempotency_key == idempotency_key)
+            .order_by(R.c.created_at.desc(), R.c.id.desc())
+            .limit(limit)
+        )
+        with self._one() as conn:
+            return [run_from(r) for r in conn.execute(q)]
+
+    @_prepared
+    def get_signals(self, run_id: str) -> dict[str, JSON]:
+        G = signal_table
+        q = (
+            sa.select(G.c.name, G.c.payload)
+            .where(G.c.run_id == run_id)
+            .order_by(G.c.created_at, G.c.name)
+        )
+        with self._one() as conn:
+            return {
+                name: read_stored(text, "run {} signal {!r} payload", run_id, name)
+                for name, text in conn.execute(q)
+            }
+
     # --- steps ---------------------------------------------------------------
     @_prepared
     def get_steps(self, run_id: str) -> list[StepState]:
@@ -420,6 +478,7 @@ class SQLWorkflowStore:
             "p_task": task_name,
             "p_worker": worker,
             "p_lease_ms": lease_ms,
+            "p_claim": new_claim_id(),
         }
         return self._claim(params)
 
@@ -443,6 +502,8 @@ class SQLWorkflowStore:
                     "status": AttemptStatus.RUNNING.value,
                     "worker": params["p_worker"],
                     "started_at": step.updated_at,
+                    "claim_id": step.claim_id,
+                    "dispatch": BROKER,
                 },
             )
             if step.attempt > 1:
@@ -461,8 +522,15 @@ class SQLWorkflowStore:
             raise WorkflowStepFunctionMismatchError(step_id, recorded.task_name, task_name)
 
     @_prepared
-    def refresh_step_lease(self, step_id: str, attempt: int, lease_ms: int | None) -> bool:
-        params = {"p_id": step_id, "p_attempt": attempt, "p_lease_ms": lease_ms}
+    def refresh_step_lease(
+        self, step_id: str, attempt: int, lease_ms: int | None, claim_id: str | None = None
+    ) -> bool:
+        params = {
+            "p_id": step_id,
+            "p_attempt": attempt,
+            "p_lease_ms": lease_ms,
+            "p_claim": claim_id,
+        }
         stmt = self.statements.park if lease_ms is None else self.statements.renew
         with self._one() as conn:
             return conn.execute(stmt, params).rowcount == 1
@@ -489,15 +557,28 @@ class SQLWorkflowStore:
             return self._fenced_write(conn, kind, params)
 
     @_prepared
-    def complete_step(self, step_id: str, attempt: int, result: JSON) -> None:
+    def complete_step(
+        self, step_id: str, attempt: int, result: JSON, claim_id: str | None = None
+    ) -> None:
         text = dumps(result, f"step {step_id}", "result")
-        params = {"p_id": step_id, "p_attempt": attempt, "p_result": text}
+        params = {"p_id": step_id, "p_attempt": attempt, "p_result": text, "p_claim": claim_id}
         if not self._fenced_outcome("complete", params):
-            raise WorkflowStepSupersededError(step_id, attempt)
+            raise self._superseded(step_id, attempt, claim_id)
+
+    def _superseded(
+        self, step_id: str, attempt: int, claim_id: str | None
+    ) -> WorkflowStepSupersededError:
+        """The refusal of a fenced write, saying whether only its claim differed."""
+        step = self.get_step(step_id) if claim_id is not None else None
+        return superseded(step_id, step, attempt, claim_id)
 
     @_prepared
     def complete_in_transaction(
-        self, step_id: str, attempt: int, body: Callable[[sa.Connection], JSON]
+        self,
+        step_id: str,
+        attempt: int,
+        body: Callable[[sa.Connection], JSON],
+        claim_id: str | None = None,
     ) -> JSON:
         """Run ``body`` and the fenced success write in ONE transaction.
 
@@ -512,14 +593,20 @@ class SQLWorkflowStore:
                 "p_id": step_id,
                 "p_attempt": attempt,
                 "p_result": dumps(result, f"step {step_id}", "result"),
+                "p_claim": claim_id,
             }
             if not self._fenced_write(conn, "complete", params):
-                raise WorkflowStepSupersededError(step_id, attempt)
+                raise superseded(step_id, None, attempt, claim_id)
         return result
 
     @_prepared
     def fail_step(
-        self, step_id: str, attempt: int, error: ErrorInfo, retry_delay: float | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        error: ErrorInfo,
+        retry_delay: float | None = None,
+        claim_id: str | None = None,
     ) -> None:
         text = dumps(error, f"step {step_id}", "error")
         params = {
@@ -527,9 +614,10 @@ class SQLWorkflowStore:
             "p_attempt": attempt,
             "p_error": text,
             "p_delay_ms": None if retry_delay is None else round(retry_delay * 1000),
+            "p_claim": claim_id,
         }
         if not self._fenced_outcome("fail" if retry_delay is None else "fail_retry", params):
-            raise WorkflowStepSupersededError(step_id, attempt)
+            raise self._superseded(step_id, attempt, claim_id)
 
     @_prepared
     def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
@@ -641,7 +729,7 @@ class SQLWorkflowStore:
                         conn, prepared.kind, prepared.params, on_pass_clock=True
                     )
                     if not written:
-                        raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+                        raise superseded(outcome.step_id, None, outcome.attempt, outcome.claim_id)
                 if decision is None:
                     return AdvanceResult(run=run, steps=[], decision=None)
                 return self._apply_decision(conn, run, view, decision)

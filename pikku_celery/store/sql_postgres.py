@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import RunNotFoundError, WorkflowStepSupersededError
+from ..errors import RunNotFoundError
 from ..payload import loads
 from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
 from ..sql.settle import SETTLED_CHANNEL, SettleListener
@@ -124,7 +124,10 @@ class PostgresWorkflowStore(SQLWorkflowStore):
         will need it (kept for that pass: it skips its read)."""
         passed = self._passed.take(params["p_id"])
         params["p_known"] = -1 if passed is None else passed.run.version
-        rows = self.runner.rows(self.statements.claim_view, params)
+        st = self.statements
+        rows = self.runner.rows(
+            st.claim_view_durable if self.durable_claims else st.claim_view, params
+        )
         if rows:
             return self._keep_claim_view(rows, passed)
         with self._one() as conn:
@@ -295,7 +298,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
             return None
         if not fenced:
             assert outcome is not None  # a pass without one is fenced by its pin
-            raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+            raise self._superseded(outcome.step_id, outcome.attempt, outcome.claim_id)
         if len(publish) == 1 and len(encoded.steps) == 1:
             self._passed.put(publish[0].id, Passed(new_run, [*steps, publish[0]], input_size))
         return AdvanceResult(run=new_run, steps=publish, decision=decision)

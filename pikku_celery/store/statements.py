@@ -91,10 +91,20 @@ def _lit(value: str) -> ColumnElement[str]:
 
 
 OUTCOMES = ("complete", "fail", "fail_retry")
+CLAIM_TYPE = sa.String(32)
+
+
+def _claim_matches() -> ColumnElement[bool]:
+    """The write's claim is the step's current claim (a NULL claim: any)."""
+    claim = _p("claim", CLAIM_TYPE)
+    return sa.or_(claim.is_(None), S.c.claim_id == claim)
+
+
 FENCE = (
     S.c.id == _p("id"),
     S.c.attempt == _p("attempt"),
     S.c.status == StepStatus.RUNNING.value,
+    _claim_matches(),
 )
 
 
@@ -324,6 +334,7 @@ class Statements:
                 result=sa.null(),
                 error=sa.null(),
                 updated_at=now,
+                claim_id=_p("claim", CLAIM_TYPE),
             )
         )
         # A lapsed takeover leaves the previous attempt row 'running' (a failed
@@ -343,6 +354,7 @@ class Statements:
             S.c.id == _p("id"),
             S.c.attempt == _p("attempt"),
             S.c.status == StepStatus.RUNNING.value,
+            _claim_matches(),
             sa.or_(S.c.lease_expires_at.is_(None), S.c.lease_expires_at > now),
         )
         self.renew = (

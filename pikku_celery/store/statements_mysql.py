@@ -13,7 +13,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..sql.engines import now_ms_expr
-from .model import AttemptStatus
+from .model import BROKER, AttemptStatus
 from .statements import FENCE, OUTCOMES, A, S, Statements, _lit, _outcome_values, _p
 
 
@@ -71,6 +71,8 @@ class MySQLStatements(Statements):
                 ),
                 S.c.worker,
                 S.c.updated_at,
+                S.c.claim_id,
+                _lit(BROKER),
             )
             .select_from(S.join(back, sa.true()))
             .where(S.c.id == _p("id"), gate == 1, S.c.attempt - back.c.d >= 1)
@@ -78,7 +80,16 @@ class MySQLStatements(Statements):
         attempt_rows = (
             mysql.insert(A)
             .from_select(
-                ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
+                [
+                    "step_id",
+                    "attempt",
+                    "run_id",
+                    "status",
+                    "worker",
+                    "started_at",
+                    "claim_id",
+                    "dispatch",
+                ],
                 this_or_previous,
             )
             .on_duplicate_key_update(

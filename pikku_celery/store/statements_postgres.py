@@ -18,7 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..sql.engines import now_ms_expr
 from ..sql.settle import SETTLED_CHANNEL
-from .model import AttemptStatus
+from .model import BROKER, AttemptStatus
 from .statements import (
     FENCE,
     OUTCOMES,
@@ -68,7 +68,16 @@ class PostgresStatements(Statements):
             )
         )
         self._pass_view(now)
-        self._claim_view(now)
+        # A claim from a message commits without waiting for the WAL flush
+        # (synchronous_commit off for that one statement's transaction): a
+        # crash that loses it reverts the step, and the claim id fences out
+        # the lost claim's body. claim_view_durable waits, for
+        # Pikku(durable_claims=True).
+        asynchronous = self.claim.where(
+            sa.literal_column("set_config('synchronous_commit', 'off', true)").is_not(None)
+        )
+        self.claim_view = self._claim_view(now, asynchronous)
+        self.claim_view_durable = self._claim_view(now, self.claim)
         # Standalone and in-pass outcomes: the step and its attempt row in one
         # statement, returning 1 if the fence held, else 0.
         self.fenced_cte = {kind: self._fenced_cte(kind, now) for kind in OUTCOMES}
@@ -97,14 +106,14 @@ class PostgresStatements(Statements):
             .order_by(S.c.seq)
         )
 
-    def _claim_view(self, now: ColumnElement[int]) -> None:
+    def _claim_view(self, now: ColumnElement[int], claim: sa.Update) -> sa.Select[Any]:
         """The claim as one statement: the guarded update, the new attempt
         row, the superseded mark of a lapsed attempt's row, and what the
         step's pass will need (the run and its recorded steps, as of before
         the claim; the claimed step's new state in the ``c_`` columns). The
         pass then skips its own read; its version check still guards against
         anything that happened in between."""
-        claimed = self.claim.returning(*S.c).cte("claimed")
+        claimed = claim.returning(*S.c).cte("claimed")
         superseded = (
             sa.update(A)
             .where(
@@ -120,7 +129,16 @@ class PostgresStatements(Statements):
         recorded = (
             sa.insert(A)
             .from_select(
-                ["step_id", "attempt", "run_id", "status", "worker", "started_at"],
+                [
+                    "step_id",
+                    "attempt",
+                    "run_id",
+                    "status",
+                    "worker",
+                    "started_at",
+                    "claim_id",
+                    "dispatch",
+                ],
                 sa.select(
                     claimed.c.id,
                     claimed.c.attempt,
@@ -128,6 +146,8 @@ class PostgresStatements(Statements):
                     _lit(AttemptStatus.RUNNING.value),
                     claimed.c.worker,
                     claimed.c.updated_at,
+                    claimed.c.claim_id,
+                    _lit(BROKER),
                 ),
             )
             .cte("recorded")
@@ -164,7 +184,7 @@ class PostgresStatements(Statements):
             .limit(CLAIM_VIEW_STEPS + 1)
             .lateral("recorded_steps")
         )
-        self.claim_view = (
+        return (
             sa.select(
                 *[c.label(f"c_{c.name}") for c in claimed.c],
                 claim_head,

@@ -69,7 +69,9 @@ def kill_renewals(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         h.engine.keeper,
         "hold",
-        lambda step_id, attempt, lease_ms: StepHolding(step_id, attempt, lease_ms),
+        lambda step_id, attempt, lease_ms, claim_id=None: StepHolding(
+            step_id, attempt, lease_ms, claim_id
+        ),
     )
 
 

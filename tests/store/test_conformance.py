@@ -483,6 +483,48 @@ def test_list_runs_filters_and_pages(store: WorkflowStore) -> None:
     assert store.list_runs(workflow="nope") == []
 
 
+def test_count_runs_by_status_takes_the_listing_filters_but_status(store: WorkflowStore) -> None:
+    assert store.count_runs_by_status() == dict.fromkeys(RunStatus, 0)
+    made: list[Any] = []
+    for i in range(5):
+        if made:
+            wait_until(lambda: store.now_ms() > made[-1].created_at)
+        run, _ = store.create_run(NewRun("even" if i % 2 == 0 else "odd", {"i": i}))
+        made.append(run)
+    record(store, made[0].id, run_status=RunStatus.COMPLETED, output="done")
+    record(store, made[2].id, run_status=RunStatus.FAILED, error={"type": "E", "message": ""})
+    counts = store.count_runs_by_status()
+    assert set(counts) == set(RunStatus)
+    assert counts[RunStatus.RUNNING] == 3 and counts[RunStatus.COMPLETED] == 1
+    assert counts[RunStatus.FAILED] == 1 and counts[RunStatus.CANCELLED] == 0
+    even = store.count_runs_by_status(workflow="even")
+    assert (even[RunStatus.RUNNING], even[RunStatus.COMPLETED], even[RunStatus.FAILED]) == (1, 1, 1)
+    window = store.count_runs_by_status(since=made[1].created_at, until=made[4].created_at)
+    assert sum(window.values()) == 3 and window[RunStatus.FAILED] == 1
+    assert sum(store.count_runs_by_status(workflow="nope").values()) == 0
+
+
+def test_runs_with_key_finds_a_key_across_workflows_newest_first(store: WorkflowStore) -> None:
+    first, _ = store.create_run(NewRun("a", {}, idempotency_key="order-7"))
+    wait_until(lambda: store.now_ms() > first.created_at)
+    second, _ = store.create_run(NewRun("b", {}, idempotency_key="order-7"))
+    store.create_run(NewRun("a", {}, idempotency_key="order-7 "))  # keys compare exactly
+    store.create_run(NewRun("a", {}))
+    assert [r.id for r in store.runs_with_key("order-7")] == [second.id, first.id]
+    assert [r.id for r in store.runs_with_key("order-7", limit=1)] == [second.id]
+    assert store.runs_with_key("ORDER-7") == []
+
+
+def test_get_signals_returns_the_first_payload_of_each_name(store: WorkflowStore) -> None:
+    run, _ = make_run(store)
+    assert store.get_signals(run.id) == {}
+    store.send_signal(run.id, "approve", {"by": "ann"})
+    store.send_signal(run.id, "approve", {"by": "bob"})  # the first one of a name wins
+    store.send_signal(run.id, "note", [1, "two"])
+    assert store.get_signals(run.id) == {"approve": {"by": "ann"}, "note": [1, "two"]}
+    assert store.get_signals("00000000-0000-0000-0000-000000000000") == {}
+
+
 def test_request_cancel(store: WorkflowStore) -> None:
     run, _ = make_run(store)
     flagged = store.request_cancel(run.id)

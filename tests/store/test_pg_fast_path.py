@@ -288,3 +288,21 @@ def test_an_interrupt_mid_statement_drops_the_connection_and_the_next_call_recon
         assert store.get_step(step.id).status == StepStatus.RUNNING  # type: ignore[union-attr]
     else:
         assert got.attempt == 1
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_claim_commits_asynchronously_unless_claims_are_durable(
+    store: SQLWorkflowStore, durable: bool
+) -> None:
+    # The claim statement turns synchronous_commit off for its own
+    # transaction; Pikku(durable_claims=True) runs the claim that waits.
+    asynchronous, waiting = compiled(store, "claim_view"), compiled(store, "claim_view_durable")
+    assert "set_config('synchronous_commit', 'off', true)" in asynchronous.sql
+    assert "synchronous_commit" not in waiting.sql
+    claiming = SQLWorkflowStore(store.engine, durable_claims=durable)
+    run, [step] = make_tasks(claiming, 1)
+    assert claim(claiming, step, "w").claim_id is not None
+    used = (waiting if durable else asynchronous).name.decode()
+    unused = (asynchronous if durable else waiting).name.decode()
+    names = prepared(store.engine)
+    assert used in names and unused not in names
