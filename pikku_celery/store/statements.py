@@ -92,6 +92,17 @@ def _lit(value: str) -> ColumnElement[str]:
 
 OUTCOMES = ("complete", "fail", "fail_retry")
 CLAIM_TYPE = sa.String(32)
+CLAIMED_ATTEMPT_COLUMNS = [
+    "step_id",
+    "attempt",
+    "run_id",
+    "status",
+    "worker",
+    "started_at",
+    "claim_id",
+    "dispatch",
+]
+"""The attempt row a claim writes, in the order its INSERT ... SELECT gives them."""
 
 
 def _claim_matches() -> ColumnElement[bool]:

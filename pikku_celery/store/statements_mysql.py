@@ -14,7 +14,17 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..sql.engines import now_ms_expr
 from .model import BROKER, AttemptStatus
-from .statements import FENCE, OUTCOMES, A, S, Statements, _lit, _outcome_values, _p
+from .statements import (
+    CLAIMED_ATTEMPT_COLUMNS,
+    FENCE,
+    OUTCOMES,
+    A,
+    S,
+    Statements,
+    _lit,
+    _outcome_values,
+    _p,
+)
 
 
 class MySQLStatements(Statements):
@@ -80,16 +90,7 @@ class MySQLStatements(Statements):
         attempt_rows = (
             mysql.insert(A)
             .from_select(
-                [
-                    "step_id",
-                    "attempt",
-                    "run_id",
-                    "status",
-                    "worker",
-                    "started_at",
-                    "claim_id",
-                    "dispatch",
-                ],
+                CLAIMED_ATTEMPT_COLUMNS,
                 this_or_previous,
             )
             .on_duplicate_key_update(

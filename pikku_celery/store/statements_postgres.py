@@ -20,6 +20,7 @@ from ..sql.engines import now_ms_expr
 from ..sql.settle import SETTLED_CHANNEL
 from .model import BROKER, AttemptStatus
 from .statements import (
+    CLAIMED_ATTEMPT_COLUMNS,
     FENCE,
     OUTCOMES,
     A,
@@ -129,16 +130,7 @@ class PostgresStatements(Statements):
         recorded = (
             sa.insert(A)
             .from_select(
-                [
-                    "step_id",
-                    "attempt",
-                    "run_id",
-                    "status",
-                    "worker",
-                    "started_at",
-                    "claim_id",
-                    "dispatch",
-                ],
+                CLAIMED_ATTEMPT_COLUMNS,
                 sa.select(
                     claimed.c.id,
                     claimed.c.attempt,

@@ -20,8 +20,10 @@ from pikku_celery.errors import WorkflowStepSupersededError
 from pikku_celery.store import (
     AttemptStatus,
     InMemoryWorkflowStore,
+    RunState,
     SQLWorkflowStore,
     StepOutcome,
+    StepState,
     StepStatus,
     WorkflowStore,
 )
@@ -62,15 +64,22 @@ def step_row(store: SQLWorkflowStore, step_id: str) -> dict[str, Any]:
     return {k: v for k, v in row._asdict().items() if k != "id"}
 
 
-def test_a_lost_claim_is_fenced_out_by_the_new_claim_of_the_same_attempt(
-    sql_store: SQLWorkflowStore,
-) -> None:
-    store = sql_store
+def lost_and_claimed_again(
+    store: SQLWorkflowStore,
+) -> tuple[RunState, StepState, StepState, StepState]:
+    """A step claimed, the claim lost, claimed again: (run, step, lost, again)."""
     run, [step] = make_tasks(store, 1, max_attempts=3)
     before = step_row(store, step.id)
     lost = claim(store, step, "a")
     lose_claim(store, step.id, before, lost.attempt)
-    again = claim(store, step, "b")
+    return run, step, lost, claim(store, step, "b")
+
+
+def test_a_lost_claim_is_fenced_out_by_the_new_claim_of_the_same_attempt(
+    sql_store: SQLWorkflowStore,
+) -> None:
+    store = sql_store
+    run, step, lost, again = lost_and_claimed_again(store)
     assert again.attempt == lost.attempt == 1
     assert again.claim_id is not None and again.claim_id != lost.claim_id
     # The lost claim's body: its renewal returns False, its outcome is refused.
@@ -96,11 +105,7 @@ def test_a_lost_claim_is_fenced_out_by_the_new_claim_of_the_same_attempt(
 
 def test_a_lost_claim_s_outcome_is_refused_by_the_pass_too(sql_store: SQLWorkflowStore) -> None:
     store = sql_store
-    run, [step] = make_tasks(store, 1, max_attempts=3)
-    before = step_row(store, step.id)
-    lost = claim(store, step, "a")
-    lose_claim(store, step.id, before, lost.attempt)
-    again = claim(store, step, "b")
+    run, step, lost, again = lost_and_claimed_again(store)
     stale = StepOutcome(step.id, lost.attempt, ok=True, result="late", claim_id=lost.claim_id)
     with pytest.raises(WorkflowStepSupersededError) as refused:
         store.advance(run.id, stale, lambda view: pytest.fail("no pass for a lost claim"))

@@ -300,7 +300,7 @@ def test_a_claim_commits_asynchronously_unless_claims_are_durable(
     assert "set_config('synchronous_commit', 'off', true)" in asynchronous.sql
     assert "synchronous_commit" not in waiting.sql
     claiming = SQLWorkflowStore(store.engine, durable_claims=durable)
-    run, [step] = make_tasks(claiming, 1)
+    _, [step] = make_tasks(claiming, 1)
     assert claim(claiming, step, "w").claim_id is not None
     used = (waiting if durable else asynchronous).name.decode()
     unused = (asynchronous if durable else waiting).name.decode()
