@@ -49,6 +49,8 @@ BLOCKS = {
     "django_settings": "PIKKU_CELERY = {",
     "django_commit": "start_on_commit(",
     "flask": "PikkuFlask(",
+    "run_page_flask": "run_page=True",
+    "run_page_django": 'include("pikku_celery.contrib.django.urls")',
     "testing": "workflow_test_env(",
 }
 
@@ -314,6 +316,87 @@ def scenario_flask(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     }
 
 
+def scenario_run_page_flask(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The run page's Flask block: its API answers, and the hook refuses a non-staff user."""
+    from flask import Flask
+
+    namespace = tutorial(blocks, scratch)
+    user = SimpleNamespace(is_staff=True)
+    flask_ns: Namespace = {**namespace, "app": Flask("readme"), "current_user": user}
+    run_block(blocks["run_page_flask"], "run_page_flask", flask_ns)
+    run = namespace["fulfil_order"].start({"id": 11, "cents": 300}, idempotency_key="order-11")
+    client = flask_ns["app"].test_client()
+    listed = client.get("/ops/pikku/api/runs")
+    shown = client.get(f"/ops/pikku/api/runs/{run.run_id}")
+    page = client.get("/ops/pikku/")
+    user.is_staff = False
+    refused = client.get("/ops/pikku/api/runs")
+    return {
+        "listed": {
+            "status_code": listed.status_code,
+            "ids": [r["id"] for r in listed.get_json()["runs"]],
+        },
+        "shown": {
+            "status_code": shown.status_code,
+            "workflow": shown.get_json()["run"]["workflow"],
+        },
+        "page": {"status_code": page.status_code, "html": "text/html" in page.content_type},
+        "refused": refused.status_code,
+        "run_id": run.run_id,
+    }
+
+
+def scenario_run_page_django(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The run page's Django block as a project's urls.py; a superuser reads the API."""
+    namespace = tutorial(blocks, scratch)
+    (scratch / "readme_urls.py").write_text(blocks["run_page_django"])
+    sys.path.insert(0, str(scratch))
+
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        SECRET_KEY="readme",
+        USE_TZ=True,
+        ROOT_URLCONF="readme_urls",
+        ALLOWED_HOSTS=["testserver"],
+        INSTALLED_APPS=[
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django.contrib.sessions",
+            "pikku_celery.contrib.django",
+        ],
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+        ],
+        DATABASES={
+            "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(scratch / "dj.db")}
+        },
+        PIKKU_CELERY={"PIKKU": namespace["pikku"]},
+    )
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    call_command("migrate", verbosity=0, interactive=False)
+    run = namespace["fulfil_order"].start({"id": 12, "cents": 300})
+    client = Client()
+    anonymous = client.get("/ops/pikku/api/runs")
+    User.objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(User.objects.get(username="admin"))
+    listed = client.get("/ops/pikku/api/runs")
+    return {
+        "anonymous": anonymous.status_code,
+        "listed": {
+            "status_code": listed.status_code,
+            "ids": [r["id"] for r in listed.json()["runs"]],
+        },
+        "run_id": run.run_id,
+    }
+
+
 PLUGIN = "pikku_celery.testing.pytest_plugin"
 
 
@@ -358,6 +441,8 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "transactional": scenario_transactional,
     "django": scenario_django,
     "flask": scenario_flask,
+    "run_page_flask": scenario_run_page_flask,
+    "run_page_django": scenario_run_page_django,
     "testing": scenario_testing,
 }
 

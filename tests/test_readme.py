@@ -112,6 +112,20 @@ def test_the_flask_snippet(tmp_path: Path) -> None:
     assert refused["json"]["error"] == "forbidden"
 
 
+def test_the_run_page_s_flask_mount(tmp_path: Path) -> None:
+    report = run_scenario("run_page_flask", tmp_path)
+    assert report["listed"] == {"status_code": 200, "ids": [report["run_id"]]}
+    assert report["shown"] == {"status_code": 200, "workflow": "readme.fulfil_order"}
+    assert report["page"] == {"status_code": 200, "html": True}
+    assert report["refused"] == 403  # the hook reads current_user.is_staff
+
+
+def test_the_run_page_s_django_include(tmp_path: Path) -> None:
+    report = run_scenario("run_page_django", tmp_path)
+    assert report["anonymous"] == 403  # the default hook: staff only
+    assert report["listed"] == {"status_code": 200, "ids": [report["run_id"]]}
+
+
 def test_the_testing_section_runs_under_pytest(tmp_path: Path) -> None:
     report = run_scenario("testing", tmp_path)
     # Both tests pass on a broker and a database that do not exist, and the

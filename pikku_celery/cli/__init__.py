@@ -14,6 +14,7 @@ from .common import CliState, masked
 from .db import db
 from .ops import leases, signal, sweep
 from .runs import runs
+from .web import web
 
 __all__ = ["CliState", "main", "masked"]
 
@@ -43,6 +44,7 @@ main.add_command(runs)
 main.add_command(signal)
 main.add_command(sweep)
 main.add_command(leases)
+main.add_command(web)
 
 
 if __name__ == "__main__":  # pragma: no cover

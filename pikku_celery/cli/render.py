@@ -1,8 +1,10 @@
-"""Runs, steps, attempts and leases as JSON (stable keys) and as rich tables.
+"""Runs, steps, attempts and leases as rich tables; leases and sweeps as JSON.
 
-Times are UTC: ISO 8601 in JSON, ``YYYY-MM-DD HH:MM:SS`` in tables. Durations
-and lease remainders are seconds, measured against the store's clock (the
-database's), the same clock the leases are judged on.
+Times are UTC, ``YYYY-MM-DD HH:MM:SS`` in tables. Durations and lease
+remainders are measured against the store's clock (the database's), the same
+clock the leases are judged on. A run's JSON is :mod:`pikku_celery.web.shapes`'s,
+shared with the run page (``run_summary`` is re-exported here for the commands
+that print one run).
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from ..celery.queues import QueueLease
 from ..engine.handle import StepHistory
 from ..engine.sweep import SweepReport
 from ..payload import UnreadableValue
-from ..store.model import (
-    AttemptState,
-    AttemptStatus,
-    ErrorInfo,
-    RunState,
-    StepKind,
-    StepState,
-    StepStatus,
+from ..store.model import AttemptStatus, RunState, StepKind, StepState, StepStatus
+from ..web.durations import (
+    attempt_duration_ms,
+    lease_remaining_ms,
+    run_duration_ms,
+    step_duration_ms,
+    with_next,
 )
+from ..web.shapes import blocked as _blocked
+from ..web.shapes import error_text
+from ..web.shapes import run_summary as run_summary  # re-exported: one run's JSON
 
 STATUS_STYLE = {
     "completed": "green",
@@ -57,23 +61,11 @@ def console() -> Console:
 # --- values ------------------------------------------------------------------
 
 
-def iso(ms: int | None) -> str | None:
-    """Epoch milliseconds as ISO 8601 UTC for JSON output (None stays None)."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
-
-
 def clock(ms: int | None) -> str:
     """Epoch milliseconds as a UTC wall-clock time for tables (``-`` for none)."""
     if ms is None:
         return "-"
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def seconds(ms: int | None) -> float | None:
-    """Milliseconds as seconds, rounded to the millisecond (None stays None)."""
-    return None if ms is None else round(ms / 1000, 3)
 
 
 def human_seconds(value: float | None) -> str:
@@ -93,16 +85,6 @@ def human_seconds(value: float | None) -> str:
     return f"{sign}{whole // 86400} d {whole % 86400 // 3600} h"
 
 
-def error_text(error: ErrorInfo | UnreadableValue | None) -> str | None:
-    """A recorded error as one line, ``Type: message`` (an unreadable one as stored)."""
-    if not error:
-        return None
-    if isinstance(error, UnreadableValue):
-        return repr(error)
-    kind, message = error.get("type") or "Error", error.get("message") or ""
-    return f"{kind}: {message}" if message else str(kind)
-
-
 def compact(value: Any, limit: int = 120) -> str:
     """``value`` as one line of JSON, cut at ``limit`` characters."""
     text = json.dumps(value, ensure_ascii=False, default=str)
@@ -119,59 +101,6 @@ def status_cell(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
-# --- durations ---------------------------------------------------------------
-
-
-def run_duration_ms(run: RunState, now: int) -> int:
-    """How long the run took, or has been running so far."""
-    end = run.updated_at if run.status.terminal else now
-    return max(0, end - run.created_at)
-
-
-def step_duration_ms(history: StepHistory, now: int) -> int | None:
-    """First claim to last finish (or now); a step never claimed: its own span."""
-    step, attempts = history.step, history.attempts
-    if attempts:
-        end = attempt_end_ms(attempts[-1], None, now)
-        return None if end is None else max(0, end - attempts[0].started_at)
-    if step.status in (StepStatus.SUCCEEDED, StepStatus.FAILED):
-        return max(0, step.updated_at - step.created_at)
-    if step.kind == StepKind.TASK:
-        return None  # still waiting for a worker
-    return max(0, now - step.created_at)
-
-
-def attempt_end_ms(attempt: AttemptState, later: AttemptState | None, now: int) -> int | None:
-    """When the attempt stopped owning the step.
-
-    A running attempt: now. One that lost its lease records no finish; it
-    ended, at the latest, when the next attempt took over.
-    """
-    if attempt.finished_at is not None:
-        return attempt.finished_at
-    if attempt.status == AttemptStatus.RUNNING:
-        return now
-    return later.started_at if later is not None else None
-
-
-def attempt_duration_ms(attempt: AttemptState, later: AttemptState | None, now: int) -> int | None:
-    """How long the attempt owned the step (None when unknown)."""
-    end = attempt_end_ms(attempt, later, now)
-    return None if end is None else max(0, end - attempt.started_at)
-
-
-def with_next(attempts: Sequence[AttemptState]) -> list[tuple[AttemptState, AttemptState | None]]:
-    """Each attempt beside the one that followed it (None for the last)."""
-    return [(a, attempts[i + 1] if i + 1 < len(attempts) else None) for i, a in enumerate(attempts)]
-
-
-def lease_remaining_ms(step: StepState, now: int) -> int | None:
-    """How long the running attempt still owns the step; negative once lapsed."""
-    if step.status != StepStatus.RUNNING or step.lease_expires_at is None:
-        return None
-    return step.lease_expires_at - now
-
-
 def lease_text(step: StepState, now: int) -> str:
     """What is left of a running step's lease, in words."""
     if step.status != StepStatus.RUNNING:
@@ -185,86 +114,6 @@ def lease_text(step: StepState, now: int) -> str:
 
 
 # --- JSON --------------------------------------------------------------------
-
-
-def run_summary(run: RunState, now: int) -> dict[str, Any]:
-    """A run in a listing: no input or output, the error as one line."""
-    return {
-        "id": run.id,
-        "workflow": run.workflow,
-        "status": run.status.value,
-        "created_at": iso(run.created_at),
-        "updated_at": iso(run.updated_at),
-        "duration_s": seconds(run_duration_ms(run, now)),
-        "cancel_requested": run.cancel_requested,
-        "parent_run_id": run.parent_run_id,
-        "error": error_text(run.error),
-        "blocked": _blocked(run),
-    }
-
-
-def run_detail(run: RunState, now: int) -> dict[str, Any]:
-    """The run for ``runs show --json``, without its steps."""
-    return {
-        **run_summary(run, now),
-        "idempotency_key": run.idempotency_key,
-        "parent_step_id": run.parent_step_id,
-        "wake_at": iso(run.wake_at),
-        "input": run.input,
-        "output": run.output,
-        "error": run.error,  # whole, where the listing shows one line
-    }
-
-
-def attempt_json(attempt: AttemptState, later: AttemptState | None, now: int) -> dict[str, Any]:
-    """One attempt for ``runs show --json``."""
-    return {
-        "attempt": attempt.attempt,
-        "status": attempt.status.value,
-        "worker": attempt.worker,
-        "started_at": iso(attempt.started_at),
-        "finished_at": iso(attempt.finished_at),
-        "duration_s": seconds(attempt_duration_ms(attempt, later, now)),
-        "result": attempt.result,
-        "error": attempt.error,
-    }
-
-
-def step_json(history: StepHistory, now: int) -> dict[str, Any]:
-    """One step and its attempts for ``runs show --json``."""
-    step = history.step
-    return {
-        "id": step.id,
-        "seq": step.seq,
-        "name": step.name,
-        "kind": step.kind.value,
-        "status": step.status.value,
-        "task": step.task_name,
-        "queue": step.queue,
-        "attempt": step.attempt,
-        "max_attempts": step.max_attempts,
-        "worker": step.worker,
-        "created_at": iso(step.created_at),
-        "updated_at": iso(step.updated_at),
-        "scheduled_at": iso(step.scheduled_at),
-        "wake_at": iso(step.wake_at),
-        "duration_s": seconds(step_duration_ms(history, now)),
-        "lease_expires_at": iso(step.lease_expires_at),
-        "lease_remaining_s": seconds(lease_remaining_ms(step, now)),
-        "child_run_id": step.child_run_id,
-        "result": step.result,
-        "error": step.error,
-        "attempts": [attempt_json(a, nxt, now) for a, nxt in with_next(history.attempts)],
-    }
-
-
-def show_json(run: RunState, steps: Sequence[StepHistory], now: int) -> dict[str, Any]:
-    """``runs show --json``: the run, its steps and their attempts."""
-    return {
-        "now": iso(now),
-        "run": run_detail(run, now),
-        "steps": [step_json(h, now) for h in steps],
-    }
 
 
 def lease_json(row: QueueRow) -> dict[str, Any]:
@@ -327,11 +176,6 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
 
 def _cancelling(run: RunState) -> bool:
     return run.cancel_requested and not run.status.terminal
-
-
-def _blocked(run: RunState) -> str | None:
-    """Why no pass can run a live run (no worker knows its workflow)."""
-    return None if run.status.terminal else run.blocked
 
 
 def _prefixed(prefix: str, text: str | None) -> str | None:

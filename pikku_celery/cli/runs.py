@@ -17,10 +17,9 @@ from typing import Any
 import click
 from rich.console import Group
 
-from ..engine.handle import StepHistory
-from ..errors import RunNotFoundError
-from ..store.base import WorkflowStore
-from ..store.model import AttemptState, RunState, RunStatus, StepKind, StepStatus
+from ..store.model import RunStatus, StepKind, StepStatus
+from ..web import reads
+from ..web.reads import MAX_LIMIT, RunFilter
 from . import render
 from .common import (
     RUN_ID,
@@ -102,7 +101,7 @@ def runs() -> None:
 )
 @click.option(
     "--limit",
-    type=click.IntRange(1, 1000),
+    type=click.IntRange(1, MAX_LIMIT),
     default=20,
     show_default=True,
     help="Runs per page.",
@@ -124,24 +123,25 @@ def list_runs(
     """List runs, newest first, a page at a time."""
     store = state().store()
     now = store.now_ms()
-    found = store.list_runs(
+    filters = RunFilter(
         status=RunStatus(status) if status else None,
         workflow=workflow,
         since=since.resolve(now) if since else None,
+    )
+    if as_json:  # the run page's listing, with the page number beside it
+        listing = reads.list_runs(
+            store, filters, limit=limit, offset=(page - 1) * limit, counts=False
+        )
+        echo_json({"page": page, **listing})
+        return
+    found = store.list_runs(
+        status=filters.status,
+        workflow=filters.workflow,
+        since=filters.since,
         limit=limit + 1,  # one more tells whether a next page exists
         offset=(page - 1) * limit,
     )
     has_more, shown = len(found) > limit, found[:limit]
-    if as_json:
-        echo_json(
-            {
-                "page": page,
-                "limit": limit,
-                "has_more": has_more,
-                "runs": [render.run_summary(r, now) for r in shown],
-            }
-        )
-        return
     out = render.console()
     if not shown:
         out.print("no runs match" + (f" on page {page}" if page > 1 else ""))
@@ -163,11 +163,11 @@ def show_run(run_id: str, as_json: bool) -> None:
     store's clock; then each attempt with its worker, duration and error.
     """
     store = state().store()
-    run, steps = _history(store, run_id)
-    now = store.now_ms()
-    if as_json:
-        echo_json(render.show_json(run, steps, now))
+    if as_json:  # what the run page shows of it
+        echo_json(reads.show_run(store, run_id))
         return
+    run, steps = reads.run_history(store, run_id)
+    now = store.now_ms()
     parts: list[Any] = [render.run_panel(run, now)]
     if steps:
         parts.append(render.steps_table(steps, now))
@@ -234,22 +234,6 @@ def retry_run(run_id: str, as_json: bool) -> None:
         return
     steps = ", ".join(f"{s.name!r} from attempt {s.attempt + 1}" for s in reopened)
     click.echo(f"run {run.id} ({run.workflow}) is {run.status.value} again: {_or_none(steps)}")
-
-
-def _history(store: WorkflowStore, run_id: str) -> tuple[RunState, list[StepHistory]]:
-    """The run and its steps with their attempts, read from ``store`` alone
-    (as ``RunHandle`` does, without an engine: ``--database-url`` needs no app)."""
-    run = store.get_run(run_id)
-    if run is None:
-        raise RunNotFoundError(f"no workflow run {run_id!r}")
-    attempts: dict[str, list[AttemptState]] = {}
-    for attempt in store.get_attempts(run_id):
-        attempts.setdefault(attempt.step_id, []).append(attempt)
-    steps = [
-        StepHistory(s, sorted(attempts.get(s.id, []), key=lambda a: a.attempt))
-        for s in store.get_steps(run_id)
-    ]
-    return run, steps
 
 
 def _or_none(steps: str) -> str:

@@ -30,6 +30,12 @@ The blueprint's endpoints (all JSON in and out):
 
 A 202 carries the run as JSON and its status URL as ``Location``.
 
+``make_blueprint(..., run_page=True)`` adds the run page: ``/`` (the page,
+``?run=<id>`` for one run), ``/assets/<name>`` and its JSON API under
+``/api/`` (runs list with counts, one run whole, cancel, retry, signal; see
+:mod:`pikku_celery.web.api`), on this blueprint's hook, body limit and error
+handling.
+
 A request body over the size limit is refused with 413 before any of it is
 read, and before anything else: the limit is ``make_blueprint(max_body_bytes=...)``,
 by default the engine's ``max_input_bytes`` plus room for the envelope (and
@@ -72,13 +78,9 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from ..engine.core import WorkflowEngine, parse_run_id
-from ..errors import (
-    IdempotencyKeyReusedError,
-    PayloadError,
-    RunNotFoundError,
-    RunSettledError,
-    UnknownWorkflowError,
-)
+from ..web.api import ENVELOPE_BYTES, ERRORS, ApiError, RunApi, error_answer
+from ..web.flask_routes import TREES as RUN_PAGE_TREES
+from ..web.flask_routes import add_run_page, respond
 from .summary import run_dict, run_summary
 
 EXTENSION_KEY = "pikku_celery"
@@ -88,15 +90,6 @@ Permission = Callable[[str, str], bool]
 
 START_KEYS = frozenset({"input", "idempotency_key"})
 
-ENVELOPE_BYTES = 64 * 1024
-"""What a body may hold beyond the engine's ``max_input_bytes``.
-
-The engine counts the input (or a signal's payload) as compact JSON. The
-body around it adds the ``"input"`` and ``"idempotency_key"`` keys and the
-key itself (at most 255 characters: under 2 KiB even fully escaped); the
-rest is room for a client's indentation and ``\\u`` escapes. A larger body
-could hardly carry a value the engine would take, so it is refused unread.
-"""
 
 HTTP_ERROR_CODES = {
     400: "bad_request",
@@ -164,16 +157,6 @@ def current_pikku() -> WorkflowEngine:
     if not isinstance(ext, PikkuFlask):
         raise NotConfiguredError(_NOT_CONFIGURED)
     return ext.pikku
-
-
-class ApiError(Exception):
-    """A 4xx answer with a JSON body ``{"error": code, "message": message}``."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 def _fail(status: int, code: str, message: str) -> NoReturn:
@@ -250,6 +233,7 @@ def make_blueprint(
     url_prefix: str | None = None,
     tracebacks: bool = False,
     max_body_bytes: int | None = None,
+    run_page: bool = False,
 ) -> Blueprint:
     """The JSON API over ``pikku`` (default: the app's :class:`PikkuFlask`).
 
@@ -259,6 +243,14 @@ def make_blueprint(
     to status answers. ``max_body_bytes`` is the largest request body taken
     (413 past it); by default the engine's ``max_input_bytes`` plus
     :data:`ENVELOPE_BYTES`, capped by the app's ``MAX_CONTENT_LENGTH``.
+
+    ``run_page=True`` adds the run page (:mod:`pikku_celery.web`) at the
+    blueprint's root, its assets under ``assets/`` and its JSON API under
+    ``api/``, behind the same hook (actions ``"list"``, ``"status"``,
+    ``"cancel"``, ``"retry"``, ``"signal"``; see
+    :mod:`pikku_celery.web.permissions`), body limit and error handling. The
+    run page shows errors whole, tracebacks included, to whoever the hook
+    lets read.
 
     Without ``pikku``, registering the blueprint on an app that has no
     :class:`PikkuFlask` raises ``RuntimeError``.
@@ -318,33 +310,21 @@ def make_blueprint(
         bp.register_error_handler(status, http_error)
     bp.register_error_handler(HTTPException, http_error)
 
-    @bp.errorhandler(ApiError)
-    def api_error(exc: ApiError) -> tuple[Response, int]:
-        return _error(exc.status, exc.code, exc.message)
+    def refused(exc: Exception) -> Response:
+        """An ApiError, or a refusal of the library, in the API's one shape
+        (``web.api.ERRORS``: the run page's API answers the same)."""
+        answer = error_answer(exc)
+        if answer is None:  # pragma: no cover - registered only for those classes
+            raise exc
+        return respond(answer)
+
+    refusals: list[type[Exception]] = [ApiError, *ERRORS]
+    for refusal in refusals:
+        bp.register_error_handler(refusal, refused)
 
     @bp.errorhandler(NotConfiguredError)
     def not_configured(exc: NotConfiguredError) -> tuple[Response, int]:
         return _error(500, "not_configured", str(exc))
-
-    @bp.errorhandler(UnknownWorkflowError)
-    def unknown_workflow(exc: UnknownWorkflowError) -> tuple[Response, int]:
-        return _error(404, "unknown_workflow", str(exc))
-
-    @bp.errorhandler(RunNotFoundError)
-    def unknown_run(exc: RunNotFoundError) -> tuple[Response, int]:
-        return _error(404, "unknown_run", str(exc))
-
-    @bp.errorhandler(RunSettledError)
-    def settled(exc: RunSettledError) -> tuple[Response, int]:
-        return _error(409, "run_settled", str(exc))
-
-    @bp.errorhandler(IdempotencyKeyReusedError)
-    def key_reused(exc: IdempotencyKeyReusedError) -> tuple[Response, int]:
-        return _error(409, "conflict", str(exc), run_id=exc.run_id)
-
-    @bp.errorhandler(PayloadError)
-    def bad_payload(exc: PayloadError) -> tuple[Response, int]:
-        return _error(400, "invalid_payload", str(exc))
 
     def accepted(run_id: str, body: dict[str, Any]) -> tuple[Response, int, dict[str, str]]:
         location = url_for(f"{request.blueprint}.run_status", run_id=run_id)
@@ -410,6 +390,10 @@ def make_blueprint(
         return accepted(run.id, run_dict(run, tracebacks=tracebacks))
 
     views = frozenset({start_run, run_status, send_signal, cancel_run})
+    own_trees: tuple[str, ...] = _OWN_TREES
+    if run_page:
+        views |= add_run_page(bp, lambda: RunApi(engine(), permission, max_body_bytes=body_limit()))
+        own_trees += RUN_PAGE_TREES
 
     def ours(endpoint: str | None) -> bool:
         return endpoint is not None and current_app.view_functions.get(endpoint) in views
@@ -427,7 +411,7 @@ def make_blueprint(
             if ours(rule.endpoint) and rule.rule.endswith(_START_RULE)
         }
         for prefix in prefixes:
-            trees = [prefix + tree for tree in _OWN_TREES]
+            trees = [prefix + tree for tree in own_trees]
             if prefix and not any(
                 r.rule == prefix or r.rule.startswith(prefix + "/")
                 for r in rules

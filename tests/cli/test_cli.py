@@ -148,6 +148,7 @@ def test_runs_list_filters_and_pages(cliapp: Any) -> None:
         "duration_s",
         "cancel_requested",
         "parent_run_id",
+        "idempotency_key",
         "error",
         "blocked",
     }
@@ -199,7 +200,7 @@ def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -
     drive(cliapp, done)
 
     shown = ok_json(*A, "runs", "show", done)
-    assert set(shown) == {"now", "run", "steps"}
+    assert set(shown) == {"now", "run", "steps", "signals", "timers", "children"}
     run = shown["run"]
     assert run["status"] == "completed" and run["output"] == {"total": 5, "label": "parcel-5"}
     assert run["input"] == {"a": 2, "b": 3} and run["duration_s"] >= 0
@@ -842,7 +843,7 @@ def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[
 
 def test_every_command_has_help() -> None:
     paths = list(_commands(main))
-    assert {p[0] for p in paths} == {"db", "runs", "signal", "sweep", "leases"}
+    assert {p[0] for p in paths} == {"db", "runs", "signal", "sweep", "leases", "web"}
     for path in [(), *paths]:
         result = cli(*path, "--help")
         assert result.exit_code == 0, path
@@ -859,7 +860,7 @@ def test_every_command_has_help() -> None:
 
 def test_every_command_takes_the_database_url() -> None:
     leaves = [p for p in _commands(main) if not isinstance(_command(p), click.Group)]
-    assert len(leaves) == 10
+    assert len(leaves) == 11
     for path in leaves:
         result = cli(*path, "--help")
         assert result.exit_code == 0, path

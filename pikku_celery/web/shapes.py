@@ -1,0 +1,198 @@
+"""Runs, steps, attempts, signals and timers as JSON, with stable keys.
+
+One shape for every reader: the run page's API, ``pikku-celery runs list
+--json`` and ``runs show --json``. Times are ISO 8601 UTC with milliseconds;
+durations and lease remainders are seconds, measured against the store's
+clock (the database's), the clock the leases are judged on. Errors are
+whole (type, message, traceback) where one run is shown, one line in a
+listing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..engine.handle import StepHistory
+from ..names import SIGNAL_PREFIX
+from ..payload import UnreadableValue
+from ..store.model import (
+    JSON,
+    AttemptState,
+    ErrorInfo,
+    RunState,
+    StepKind,
+    StepState,
+    StepStatus,
+)
+from .durations import (
+    attempt_duration_ms,
+    attempt_queued_ms,
+    lease_remaining_ms,
+    run_duration_ms,
+    step_duration_ms,
+    with_next,
+)
+
+
+def iso(ms: int | None) -> str | None:
+    """Epoch milliseconds as ISO 8601 UTC for JSON output (None stays None)."""
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def seconds(ms: int | None) -> float | None:
+    """Milliseconds as seconds, rounded to the millisecond (None stays None)."""
+    return None if ms is None else round(ms / 1000, 3)
+
+
+def error_text(error: ErrorInfo | UnreadableValue | None) -> str | None:
+    """A recorded error as one line, ``Type: message`` (an unreadable one as stored)."""
+    if not error:
+        return None
+    if isinstance(error, UnreadableValue):
+        return repr(error)
+    kind, message = error.get("type") or "Error", error.get("message") or ""
+    return f"{kind}: {message}" if message else str(kind)
+
+
+def stored(value: JSON | UnreadableValue) -> JSON:
+    """A stored value as JSON: one that is not valid JSON (an edited row) as
+    the text that says where it sits and what it holds."""
+    return repr(value) if isinstance(value, UnreadableValue) else value
+
+
+def blocked(run: RunState) -> str | None:
+    """Why no pass can run a live run (no worker knows its workflow)."""
+    return None if run.status.terminal else run.blocked
+
+
+def run_summary(run: RunState, now: int) -> dict[str, Any]:
+    """A run in a listing: no input or output, the error as one line."""
+    return {
+        "id": run.id,
+        "workflow": run.workflow,
+        "status": run.status.value,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "duration_s": seconds(run_duration_ms(run, now)),
+        "cancel_requested": run.cancel_requested,
+        "parent_run_id": run.parent_run_id,
+        "idempotency_key": run.idempotency_key,
+        "error": error_text(run.error),
+        "blocked": blocked(run),
+    }
+
+
+def run_detail(run: RunState, now: int) -> dict[str, Any]:
+    """One run shown whole, without its steps."""
+    return {
+        **run_summary(run, now),
+        "parent_step_id": run.parent_step_id,
+        "wake_at": iso(run.wake_at),
+        "input": stored(run.input),
+        "output": stored(run.output),
+        "error": stored(run.error),  # whole, where the listing shows one line
+    }
+
+
+def attempt_json(
+    attempt: AttemptState,
+    later: AttemptState | None,
+    now: int,
+    queued_at: int | None = None,
+) -> dict[str, Any]:
+    """One attempt: who ran it, its wait for a worker, when, and how it ended."""
+    return {
+        "attempt": attempt.attempt,
+        "status": attempt.status.value,
+        "worker": attempt.worker,
+        "dispatch": attempt.dispatch,  # how it reached its worker: "broker" or "eager"
+        "claim_id": attempt.claim_id,
+        "queued_at": iso(queued_at),
+        "started_at": iso(attempt.started_at),
+        "finished_at": iso(attempt.finished_at),
+        "duration_s": seconds(attempt_duration_ms(attempt, later, now)),
+        "result": stored(attempt.result),
+        "error": stored(attempt.error),
+    }
+
+
+def step_json(history: StepHistory, now: int) -> dict[str, Any]:
+    """One step and its attempts, oldest first."""
+    step = history.step
+    attempts = []
+    earlier: AttemptState | None = None
+    for attempt, later in with_next(history.attempts):
+        queued = attempt_queued_ms(step, earlier)
+        attempts.append(attempt_json(attempt, later, now, queued))
+        earlier = attempt
+    return {
+        "id": step.id,
+        "seq": step.seq,
+        "name": step.name,
+        "kind": step.kind.value,
+        "status": step.status.value,
+        "task": step.task_name,
+        "queue": step.queue,
+        "attempt": step.attempt,
+        "max_attempts": step.max_attempts,
+        "worker": step.worker,
+        "created_at": iso(step.created_at),
+        "updated_at": iso(step.updated_at),
+        "scheduled_at": iso(step.scheduled_at),
+        "wake_at": iso(step.wake_at),
+        "duration_s": seconds(step_duration_ms(history, now)),
+        "lease_expires_at": iso(step.lease_expires_at),
+        "lease_remaining_s": seconds(lease_remaining_ms(step, now)),
+        "child_run_id": step.child_run_id,
+        "result": stored(step.result),
+        "error": stored(step.error),
+        "attempts": attempts,
+    }
+
+
+def signals_json(signals: dict[str, JSON], steps: Sequence[StepState]) -> list[dict[str, Any]]:
+    """Each signal sent, and whether the run's wait for it has taken it."""
+    taken = {
+        s.name[len(SIGNAL_PREFIX) :]
+        for s in steps
+        if s.kind == StepKind.SIGNAL and s.status == StepStatus.SUCCEEDED
+    }
+    return [
+        {"name": name, "payload": stored(payload), "taken": name in taken}
+        for name, payload in signals.items()
+    ]
+
+
+def timers_json(steps: Sequence[StepState], now: int) -> list[dict[str, Any]]:
+    """The durable timers the run waits on: sleeps, signal timeouts, retries.
+
+    A timer that fired is no longer here (its step keeps no ``wake_at``; the
+    timeline shows the step's span). ``due_in_s`` counts down on the store's
+    clock; negative once due (the sweep fires it within its interval).
+    """
+    timers: list[dict[str, Any]] = []
+    for step in steps:
+        if step.wake_at is None:
+            continue
+        if step.kind == StepKind.SLEEP:
+            kind, pending = "sleep", step.status != StepStatus.SUCCEEDED
+        elif step.kind == StepKind.SIGNAL:
+            kind, pending = "signal_timeout", not step.settled
+        elif step.kind == StepKind.TASK and step.status == StepStatus.FAILED:
+            kind, pending = "retry", True
+        else:
+            continue
+        timers.append(
+            {
+                "step": step.name,
+                "kind": kind,
+                "wake_at": iso(step.wake_at),
+                "pending": pending,
+                "due_in_s": seconds(step.wake_at - now) if pending else None,
+            }
+        )
+    return timers

@@ -1,0 +1,479 @@
+// The run page: the runs list, or (with ?run=<id>) one run's view, drawn from
+// the JSON API. A live run is polled every second until it settles, the list
+// every few seconds; nothing reloads the page. Actions (cancel, retry, signal)
+// appear only when the API says this request may do them, and each asks for
+// a confirmation first.
+
+import { el, clock, duration, json, errorLine, errorBlock, badge } from "./format.js";
+import { drawTimeline } from "./timeline.js";
+
+const API = document.body.dataset.api;
+const CSRF = document.body.dataset.csrf || "";
+const RUN_POLL_MS = 1000;
+const LIST_POLL_MS = 3000;
+const STATUSES = ["running", "suspended", "completed", "failed", "cancelled"];
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+const FILTERS = ["status", "workflow", "since", "until", "q", "offset"];
+
+const main = document.getElementById("main");
+const live = document.getElementById("live");
+const notice = document.getElementById("notice");
+
+let generation = 0; // bumped on every navigation: stale polls stop themselves
+let pending = null;
+
+class ApiFailure extends Error {
+  constructor(status, body) {
+    super(body && body.message ? body.message : `HTTP ${status}`);
+    this.status = status;
+    this.code = body && body.error;
+  }
+}
+
+async function call(path, options = {}) {
+  const response = await fetch(API + path, {
+    cache: "no-store",
+    credentials: "same-origin",
+    ...options,
+    headers: { Accept: "application/json", ...(options.headers || {}) },
+  });
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    body = null;
+  }
+  if (!response.ok) throw new ApiFailure(response.status, body);
+  return body;
+}
+
+function post(path, payload) {
+  const headers = { "Content-Type": "application/json" };
+  if (CSRF) headers["X-CSRFToken"] = CSRF;
+  return call(path, { method: "POST", headers, body: JSON.stringify(payload) });
+}
+
+function schedule(fn, delay, gen) {
+  clearTimeout(pending);
+  pending = setTimeout(() => {
+    if (gen === generation) fn();
+  }, delay);
+}
+
+function setLive(text, on) {
+  live.textContent = text;
+  live.classList.toggle("on", on);
+}
+
+function say(text, kind = "ok") {
+  notice.textContent = text;
+  notice.className = `notice ${kind}`;
+  notice.hidden = false;
+}
+
+function navigate(search) {
+  history.pushState(null, "", search || location.pathname);
+  route();
+}
+
+function link(search, text, attrs = {}) {
+  return el("a", {
+    href: search,
+    onclick: (event) => {
+      if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
+      event.preventDefault();
+      navigate(search);
+    },
+    ...attrs,
+    text,
+  });
+}
+
+function route() {
+  generation += 1;
+  clearTimeout(pending);
+  notice.hidden = true;
+  const params = new URLSearchParams(location.search);
+  const run = params.get("run");
+  if (run) showRun(run, generation);
+  else showList(params, generation);
+}
+
+window.addEventListener("popstate", route);
+
+function failure(error, what) {
+  const status = error instanceof ApiFailure ? error.status : null;
+  const text = status === 403 ? `You may not see ${what}: ${error.message}` : error.message;
+  return el("div", { class: "failure", id: "failure", dataset: { status: status ?? "" } }, el("p", { text }), link("?", "back to the runs"));
+}
+
+// --- the runs list -----------------------------------------------------------
+
+function showList(params, gen) {
+  const filters = {};
+  for (const key of FILTERS) if (params.get(key)) filters[key] = params.get(key);
+  document.title = "runs · pikku-celery";
+  const form = filterForm(filters);
+  const counts = el("nav", { id: "counts", "aria-label": "runs by status" });
+  const table = el("div", { id: "runs-table" }, el("p", { class: "loading", text: "loading runs…" }));
+  main.replaceChildren(el("section", { id: "list" }, form, counts, table));
+
+  const refresh = async () => {
+    try {
+      const page = await call("runs?" + new URLSearchParams(filters));
+      if (gen !== generation) return;
+      counts.replaceChildren(...countLinks(page.counts, filters));
+      table.replaceChildren(runsTable(page), pager(page, filters));
+      setLive(`updated ${clock(page.now)}`, true);
+    } catch (error) {
+      if (gen !== generation) return;
+      table.replaceChildren(failure(error, "the runs"));
+      setLive("not updating", false);
+      if (error instanceof ApiFailure && error.status < 500) return;
+    }
+    schedule(refresh, LIST_POLL_MS, gen);
+  };
+  refresh();
+}
+
+function query(filters, changes = {}) {
+  const next = { ...filters, ...changes };
+  const params = new URLSearchParams();
+  for (const key of FILTERS) if (next[key] !== undefined && next[key] !== null && next[key] !== "") params.set(key, next[key]);
+  const text = params.toString();
+  return text ? `?${text}` : "?";
+}
+
+function filterForm(filters) {
+  const status = el("select", { name: "status", id: "filter-status" }, el("option", { value: "", text: "any status" }), STATUSES.map((s) => el("option", { value: s, text: s, selected: filters.status === s })));
+  const input = (name, label, placeholder) =>
+    el("label", {}, label, el("input", { name, id: `filter-${name}`, value: filters[name] || "", placeholder, autocomplete: "off", spellcheck: "false" }));
+  const form = el(
+    "form",
+    { id: "filters", class: "filters" },
+    el("label", {}, "Status", status),
+    input("workflow", "Workflow", "registered name"),
+    input("since", "Created since", "1h, 2024-05-01T12:00 or epoch ms"),
+    input("until", "Created before", "30m, 2024-05-02 or epoch ms"),
+    input("q", "Run id or idempotency key", "exactly as stored"),
+    el("div", { class: "buttons" }, el("button", { type: "submit", text: "Filter" }), link("?", "clear", { class: "clear" })),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const chosen = {};
+    for (const [key, value] of data.entries()) {
+      const text = key === "q" ? String(value) : String(value).trim(); // keys compare exactly
+      if (text.trim()) chosen[key] = text;
+    }
+    navigate(query(chosen));
+  });
+  return form;
+}
+
+function countLinks(counts, filters) {
+  const all = link(query(filters, { status: "", offset: "" }), "", { class: `count ${filters.status ? "" : "current"}`, dataset: { status: "all" } });
+  all.append(el("span", { class: "label", text: "all" }), el("span", { class: "n", text: counts.total }));
+  return [
+    all,
+    ...STATUSES.map((s) => {
+      const a = link(query(filters, { status: s, offset: "" }), "", { class: `count status-${s} ${filters.status === s ? "current" : ""}`, dataset: { status: s } });
+      a.append(el("span", { class: "label", text: s }), el("span", { class: "n", text: counts[s] }));
+      return a;
+    }),
+  ];
+}
+
+function runsTable(page) {
+  if (!page.runs.length) return el("p", { class: "empty", id: "no-runs", text: "no runs match" });
+  const head = el("tr", {}, ["run", "workflow", "status", "created (UTC)", "duration", "idempotency key", "error"].map((h) => el("th", { text: h })));
+  const rows = page.runs.map((r) =>
+    el(
+      "tr",
+      { dataset: { runId: r.id, status: r.status } },
+      el("td", { class: "mono" }, link(`?run=${encodeURIComponent(r.id)}`, r.id)),
+      el("td", { text: r.workflow }),
+      el("td", {}, badge(r.status), r.cancel_requested && !TERMINAL.has(r.status) ? el("span", { class: "hint", text: " cancelling" }) : null, r.blocked ? el("span", { class: "hint bad", text: " blocked", title: r.blocked }) : null),
+      el("td", { class: "mono", text: clock(r.created_at) }),
+      el("td", { class: "num", text: duration(r.duration_s) }),
+      el("td", { class: "mono", text: r.idempotency_key ?? "" }),
+      el("td", { class: "err", text: r.error ?? r.blocked ?? "" }),
+    ),
+  );
+  return el("table", { id: "runs", class: "grid" }, el("thead", {}, head), el("tbody", {}, rows));
+}
+
+function pager(page, filters) {
+  const nav = el("nav", { class: "pager" });
+  if (page.offset > 0) nav.append(link(query(filters, { offset: Math.max(0, page.offset - page.limit) || "" }), "← newer"));
+  nav.append(el("span", { text: ` runs ${page.runs.length ? page.offset + 1 : 0}–${page.offset + page.runs.length} ` }));
+  if (page.has_more) nav.append(link(query(filters, { offset: page.next_offset }), "older →"));
+  return nav;
+}
+
+// --- one run -----------------------------------------------------------------
+
+function showRun(id, gen) {
+  document.title = `run ${id} · pikku-celery`;
+  main.replaceChildren(el("p", { class: "loading", text: `loading run ${id}…` }));
+  const view = { id, selected: null, data: null, gen };
+  const refresh = async () => {
+    clearTimeout(pending);
+    try {
+      const data = await call(`runs/${encodeURIComponent(id)}`);
+      if (gen !== generation) return;
+      view.data = data;
+      renderRun(view);
+      if (TERMINAL.has(data.run.status)) {
+        setLive(`${data.run.status}: not updating`, false);
+        return;
+      }
+      setLive(`live · updated ${clock(data.now)}`, true);
+    } catch (error) {
+      if (gen !== generation) return;
+      if (error instanceof ApiFailure && error.status < 500) {
+        main.replaceChildren(failure(error, "this run"));
+        setLive("not updating", false);
+        return;
+      }
+      setLive(`update failed (${error.message}); retrying`, false);
+    }
+    schedule(refresh, RUN_POLL_MS, gen);
+  };
+  view.refresh = refresh;
+  refresh();
+}
+
+function renderRun(view) {
+  const data = view.data;
+  const select = (key) => {
+    view.selected = view.selected === key ? null : key;
+    renderRun(view);
+  };
+  const timeline = el(
+    "section",
+    { id: "timeline", class: "panel" },
+    el("h2", { text: "Timeline" }),
+    drawTimeline(data, { selected: view.selected, onSelect: select }),
+    legend(),
+  );
+  main.replaceChildren(
+    el("section", { id: "run" }, runHeader(data), actions(view), timeline, detail(data, view.selected), stepsTable(data, select), extras(data)),
+  );
+}
+
+function runHeader(data) {
+  const run = data.run;
+  const facts = [
+    ["run", el("span", { class: "mono", id: "run-id", text: run.id })],
+    ["idempotency key", run.idempotency_key ? el("span", { class: "mono", text: run.idempotency_key }) : null],
+    ["created", clock(run.created_at)],
+    ["updated", clock(run.updated_at)],
+    ["duration", duration(run.duration_s)],
+    ["parent run", run.parent_run_id ? link(`?run=${run.parent_run_id}`, run.parent_run_id, { class: "mono", id: "parent-link" }) : null],
+    ["children", data.children.length ? el("span", { id: "children" }, data.children.map((c) => link(`?run=${c}`, c, { class: "mono child-link" }))) : null],
+    ["next wake-up", run.wake_at && !TERMINAL.has(run.status) ? clock(run.wake_at) : null],
+    ["blocked", run.blocked ? el("span", { class: "bad", text: run.blocked }) : null],
+  ];
+  const dl = el("dl", { class: "facts" });
+  for (const [key, value] of facts) if (value) dl.append(el("dt", { text: key }), el("dd", {}, value));
+  const outcome =
+    run.status === "completed"
+      ? el("div", { class: "io" }, el("h3", { text: "Output" }), el("pre", { id: "run-output", text: json(run.output) }))
+      : run.error
+        ? el("div", { class: "io", id: "run-error" }, el("h3", { text: "Error" }), errorBlock(run.error))
+        : null;
+  return el(
+    "header",
+    { id: "run-header", class: "panel" },
+    el(
+      "h1",
+      {},
+      link("?", "runs", { class: "crumb" }),
+      " / ",
+      el("span", { id: "run-workflow", text: run.workflow }),
+      " ",
+      el("span", { id: "run-status", class: `badge big status-${run.status}`, text: run.status }),
+      run.cancel_requested && !TERMINAL.has(run.status) ? el("span", { class: "hint", id: "cancelling", text: " cancel requested" }) : null,
+    ),
+    dl,
+    el("div", { class: "io-row" }, el("div", { class: "io" }, el("h3", { text: "Input" }), el("pre", { id: "run-input", text: json(run.input) })), outcome),
+  );
+}
+
+function actions(view) {
+  const allowed = view.data.actions;
+  const bar = el("div", { id: "actions", class: "actions" });
+  const labels = { cancel: "Cancel run…", retry: "Retry failed steps…", signal: "Send signal…" };
+  for (const action of ["cancel", "retry", "signal"]) {
+    if (allowed[action]) bar.append(el("button", { type: "button", id: `action-${action}`, class: action === "cancel" ? "danger" : "", text: labels[action], onclick: () => confirmAction(action, view) }));
+  }
+  return bar.childElementCount ? bar : null;
+}
+
+const CONFIRM = {
+  cancel: ["Cancel this run?", "The run and its children end as cancelled at their next pass; steps still running finish, but their results are refused.", "Yes, cancel the run"],
+  retry: ["Retry this run?", "Its failed steps get fresh attempts; the steps that succeeded keep their results.", "Yes, retry"],
+  signal: ["Send a signal", "The first signal of a name wins; the run's next pass sees it.", "Send the signal"],
+};
+
+function confirmAction(action, view) {
+  const dialog = document.getElementById("confirm");
+  const [title, text, yes] = CONFIRM[action];
+  dialog.querySelector("#confirm-title").textContent = title;
+  dialog.querySelector("#confirm-text").textContent = text;
+  dialog.querySelector("#signal-fields").hidden = action !== "signal";
+  const problem = dialog.querySelector("#confirm-error");
+  problem.hidden = true;
+  const yesButton = dialog.querySelector("#confirm-yes");
+  const noButton = dialog.querySelector("#confirm-no");
+  yesButton.textContent = yes;
+  yesButton.disabled = false;
+  const close = () => dialog.close();
+  noButton.onclick = close;
+  yesButton.onclick = async () => {
+    let path = `runs/${encodeURIComponent(view.id)}/${action}`;
+    let payload = {};
+    if (action === "signal") {
+      const name = dialog.querySelector("#signal-name").value;
+      try {
+        payload = JSON.parse(dialog.querySelector("#signal-payload").value || "null");
+      } catch (error) {
+        problem.textContent = `The payload is not JSON: ${error.message}`;
+        problem.hidden = false;
+        return;
+      }
+      path = `runs/${encodeURIComponent(view.id)}/signals/${encodeURIComponent(name)}`;
+    }
+    yesButton.disabled = true;
+    try {
+      const answer = await post(path, payload);
+      close();
+      say(action === "cancel" ? "Cancel requested: the run's next pass ends it." : action === "retry" ? "Retrying: the failed steps get fresh attempts." : "Signal sent.");
+      view.data.run = { ...view.data.run, ...answer.run };
+      view.refresh();
+    } catch (error) {
+      problem.textContent = error.message;
+      problem.hidden = false;
+      yesButton.disabled = false;
+    }
+  };
+  dialog.showModal();
+}
+
+function legend() {
+  const item = (cls, text) => el("span", { class: "key" }, el("span", { class: `swatch ${cls}` }), text);
+  return el(
+    "div",
+    { class: "legend" },
+    item("wait", "waiting for a worker"),
+    item("status-running", "running"),
+    item("status-succeeded", "succeeded"),
+    item("status-failed", "failed"),
+    item("status-superseded", "superseded (lease lapsed, taken over)"),
+    item("status-cancelled", "cancelled / lease expired"),
+    item("retry-wait", "retry delay"),
+    item("timer", "durable timer"),
+    item("signal-wait", "waiting for a signal or child"),
+  );
+}
+
+function findStep(data, key) {
+  if (!key) return [null, null];
+  const [stepId, attempt] = key.split(":");
+  const step = data.steps.find((s) => s.id === stepId);
+  if (!step) return [null, null];
+  return [step, attempt ? step.attempts.find((a) => String(a.attempt) === attempt) : null];
+}
+
+function detail(data, selected) {
+  const [step, attempt] = findStep(data, selected);
+  const panel = el("section", { id: "attempt-detail", class: "panel" });
+  if (!step) {
+    panel.append(el("p", { class: "hint", text: "Click an attempt on the timeline for its worker, times, and result or error with its traceback." }));
+    return panel;
+  }
+  if (!attempt) {
+    panel.dataset.step = step.name;
+    panel.append(el("h2", {}, `Step ${step.name} `, badge(step.status)));
+    const dl = el("dl", { class: "facts" });
+    const facts = [["kind", step.kind], ["recorded", clock(step.created_at)], ["updated", clock(step.updated_at)], ["wake at", step.wake_at ? clock(step.wake_at) : null], ["child run", step.child_run_id ? link(`?run=${step.child_run_id}`, step.child_run_id, { class: "mono" }) : null]];
+    for (const [k, v] of facts) if (v) dl.append(el("dt", { text: k }), el("dd", {}, v));
+    panel.append(dl);
+    panel.append(step.error ? errorBlock(step.error) : el("pre", { class: "result", text: json(step.result) }));
+    return panel;
+  }
+  panel.dataset.step = step.name;
+  panel.dataset.attempt = attempt.attempt;
+  panel.append(el("h2", {}, `Step ${step.name} · attempt ${attempt.attempt} of ${step.max_attempts} `, badge(attempt.status)));
+  const wait = attempt.queued_at ? (Date.parse(attempt.started_at) - Date.parse(attempt.queued_at)) / 1000 : null;
+  const dl = el("dl", { class: "facts" });
+  const facts = [
+    ["worker", attempt.worker ? el("span", { class: "mono", text: attempt.worker }) : "–"],
+    ["dispatch", attempt.dispatch ?? "–"],
+    ["task", step.task],
+    ["queue", step.queue ?? "(default)"],
+    ["message sent", attempt.queued_at ? clock(attempt.queued_at) : "–"],
+    ["queue wait", wait !== null ? duration(wait) : "–"],
+    ["started", clock(attempt.started_at)],
+    ["finished", attempt.finished_at ? clock(attempt.finished_at) : attempt.status === "running" ? "still running" : "never (no outcome recorded)"],
+    ["ran for", duration(attempt.duration_s) + (attempt.status === "running" ? " so far" : "")],
+  ];
+  for (const [k, v] of facts) dl.append(el("dt", { text: k }), el("dd", {}, v));
+  panel.append(dl);
+  if (attempt.status === "superseded") {
+    panel.append(el("p", { class: "hint", text: `Its lease lapsed (the worker died or stalled) and attempt ${attempt.attempt + 1} took over; a late result from it is refused.` }));
+  }
+  if (attempt.error) panel.append(el("h3", { text: "Error" }), errorBlock(attempt.error));
+  else if (attempt.status === "succeeded") panel.append(el("h3", { text: "Result" }), el("pre", { class: "result", id: "attempt-result", text: json(attempt.result) }));
+  return panel;
+}
+
+function stepsTable(data, select) {
+  if (!data.steps.length) return null;
+  const head = el("tr", {}, ["#", "step", "kind", "status", "attempt", "task / detail", "queue", "worker", "duration", "lease left", "result / error"].map((h) => el("th", { text: h })));
+  const rows = data.steps.map((s) => {
+    const lastAttempt = s.attempts[s.attempts.length - 1];
+    const key = s.kind === "task" ? (lastAttempt ? `${s.id}:${lastAttempt.attempt}` : null) : `${s.id}:`;
+    const outcome = s.error ? errorLine(s.error) : s.status === "succeeded" && s.kind !== "sleep" ? JSON.stringify(s.result) : "";
+    const info = s.kind === "task" ? s.task : s.kind === "sleep" ? (s.wake_at ? `until ${clock(s.wake_at)}` : `woke ${clock(s.updated_at)}`) : s.kind === "child" ? `child ${s.child_run_id ?? ""}` : s.kind === "signal" ? (s.wake_at ? `timeout ${clock(s.wake_at)}` : "no timeout") : "";
+    return el(
+      "tr",
+      { dataset: { step: s.name }, class: key ? "clickable" : "", onclick: key ? () => select(key) : null },
+      el("td", { class: "num", text: s.seq }),
+      el("td", { text: s.name }),
+      el("td", { text: s.kind }),
+      el("td", {}, badge(s.status), s.status === "failed" && s.wake_at ? el("span", { class: "hint", text: " retry due" }) : null),
+      el("td", { class: "num", text: s.kind === "task" ? `${s.attempt}/${s.max_attempts}` : "–" }),
+      el("td", { class: "mono", text: info ?? "" }),
+      el("td", { text: s.queue ?? "" }),
+      el("td", { class: "mono", text: s.worker ?? "" }),
+      el("td", { class: "num", text: duration(s.duration_s) }),
+      el("td", { class: "num", text: s.lease_remaining_s === null ? "–" : s.lease_remaining_s < 0 ? `lapsed ${duration(-s.lease_remaining_s)} ago` : duration(s.lease_remaining_s) }),
+      el("td", { class: s.error ? "err" : "result", text: outcome.length > 120 ? outcome.slice(0, 119) + "…" : outcome }),
+    );
+  });
+  return el("section", { class: "panel" }, el("h2", { text: "Steps" }), el("table", { id: "steps", class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+function extras(data) {
+  const parts = [];
+  if (data.signals.length) {
+    parts.push(
+      el("div", { id: "signals" }, el("h3", { text: "Signals" }), el("ul", {}, data.signals.map((s) => el("li", { dataset: { signal: s.name } }, el("span", { class: "mono", text: s.name }), " ", el("code", { text: JSON.stringify(s.payload) }), s.taken ? el("span", { class: "hint", text: " (taken by its wait)" }) : el("span", { class: "hint", text: " (not waited for yet)" }))))),
+    );
+  }
+  if (data.timers.length) {
+    parts.push(
+      el("div", { id: "timers" }, el("h3", { text: "Timers" }), el("ul", {}, data.timers.map((t) => el("li", { dataset: { timer: t.step } }, el("span", { class: "mono", text: t.step }), ` ${t.kind.replace("_", " ")} at ${clock(t.wake_at)}`, t.pending ? ` (due in ${duration(t.due_in_s)})` : " (fired)")))),
+    );
+  }
+  return parts.length ? el("section", { class: "panel extras" }, ...parts) : null;
+}
+
+document.getElementById("home").addEventListener("click", (event) => {
+  event.preventDefault();
+  navigate("?");
+});
+
+route();
