@@ -277,6 +277,7 @@ def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
     table.add_column("attempt", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("worker", no_wrap=True)
+    table.add_column("dispatch", no_wrap=True)
     table.add_column("started (UTC)", no_wrap=True)
     table.add_column("duration", justify="right", no_wrap=True)
     table.add_column("error")
@@ -289,6 +290,7 @@ def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
                 styled(str(attempt.attempt)),
                 status_cell(attempt.status.value),
                 styled(attempt.worker),
+                styled(attempt.dispatch),
                 styled(clock(attempt.started_at)),
                 styled(human_seconds(duration) + (" so far" if running else "")),
                 styled(error_text(attempt.error), "red"),

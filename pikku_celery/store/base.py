@@ -15,6 +15,7 @@ from .model import (
     JSON,
     AdvanceResult,
     AttemptState,
+    AttemptStatus,
     Decision,
     ErrorInfo,
     NewRun,
@@ -23,6 +24,7 @@ from .model import (
     RunView,
     StepOutcome,
     StepState,
+    StepStatus,
 )
 
 Decide = Callable[[RunView], Decision]
@@ -84,6 +86,15 @@ class WorkflowStore(Protocol):
     ) -> dict[RunStatus, int]:
         """How many runs there are of each status (every status a key, 0 for
         none), with :meth:`list_runs`'s filters but the status."""
+        ...
+
+    def count_steps_by_status(self) -> dict[StepStatus, int]:
+        """How many steps there are of each status (every status a key)."""
+        ...
+
+    def count_attempts_by_status(self) -> dict[AttemptStatus, int]:
+        """How many attempt rows there are of each status (every status a key):
+        append-only, so each count only grows (metrics read them as counters)."""
         ...
 
     def runs_with_key(self, idempotency_key: str, limit: int = 50) -> list[RunState]:

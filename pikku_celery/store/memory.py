@@ -199,6 +199,21 @@ class InMemoryWorkflowStore:
                     counts[r.status] += 1
         return counts
 
+    def count_steps_by_status(self) -> dict[StepStatus, int]:
+        counts = dict.fromkeys(StepStatus, 0)
+        with self._lock:
+            for step in self._steps.values():
+                counts[step.status] += 1
+        return counts
+
+    def count_attempts_by_status(self) -> dict[AttemptStatus, int]:
+        counts = dict.fromkeys(AttemptStatus, 0)
+        with self._lock:
+            for rows in self._attempts.values():
+                for row in rows:
+                    counts[row.status] += 1
+        return counts
+
     def runs_with_key(self, idempotency_key: str, limit: int = 50) -> list[RunState]:
         with self._lock:
             runs = [r for r in self._runs.values() if r.idempotency_key == idempotency_key]

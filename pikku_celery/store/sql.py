@@ -82,7 +82,7 @@ from .rules import (
     lease_expired_error,
     run_cancelled_error,
 )
-from .schema import STORE_TABLES, run_table, signal_table
+from .schema import STORE_TABLES
 from .statements import Statements
 
 PASS_RACES = 50  # a pass overtaken this often in a row gives up (a wake-up retries it)
@@ -399,47 +399,46 @@ class SQLWorkflowStore:
         since: int | None = None,
         until: int | None = None,
     ) -> dict[RunStatus, int]:
-        R = run_table
-        q = sa.select(R.c.status, sa.func.count()).group_by(R.c.status)
-        if workflow is not None:
-            q = q.where(R.c.workflow == workflow)
-        if since is not None:
-            q = q.where(R.c.created_at >= since)
-        if until is not None:
-            q = q.where(R.c.created_at < until)
+        stmt = self.statements.count_runs(
+            workflow is not None, since is not None, until is not None
+        )
+        params = {"p_workflow": workflow, "p_since": since, "p_until": until}
         counts = dict.fromkeys(RunStatus, 0)
         with self._one() as conn:
-            for status, n in conn.execute(q):
+            for status, n in conn.execute(stmt, params):
                 counts[RunStatus(status)] = int(n)
         return counts
 
     @_prepared
     def runs_with_key(self, idempotency_key: str, limit: int = 50) -> list[RunState]:
-        # No index leads with the key (the unique one is (workflow, key)): a
-        # person's search, bounded by the limit, not a hot path.
-        R = run_table
-        q = (
-            sa.select(R)
-            .where(R.c.idempotency_key == idempotency_key)
-            .order_by(R.c.created_at.desc(), R.c.id.desc())
-            .limit(limit)
-        )
+        params = {"p_key": idempotency_key, "p_limit": limit}
         with self._one() as conn:
-            return [run_from(r) for r in conn.execute(q)]
+            return [run_from(r) for r in conn.execute(self.statements.runs_with_key, params)]
 
     @_prepared
     def get_signals(self, run_id: str) -> dict[str, JSON]:
-        G = signal_table
-        q = (
-            sa.select(G.c.name, G.c.payload)
-            .where(G.c.run_id == run_id)
-            .order_by(G.c.created_at, G.c.name)
-        )
         with self._one() as conn:
+            rows = conn.execute(self.statements.signals_in_order, {"p_id": run_id})
             return {
                 name: read_stored(text, "run {} signal {!r} payload", run_id, name)
-                for name, text in conn.execute(q)
+                for name, text in rows
             }
+
+    @_prepared
+    def count_steps_by_status(self) -> dict[StepStatus, int]:
+        counts = dict.fromkeys(StepStatus, 0)
+        with self._one() as conn:
+            for status, n in conn.execute(self.statements.steps_by_status):
+                counts[StepStatus(status)] = int(n)
+        return counts
+
+    @_prepared
+    def count_attempts_by_status(self) -> dict[AttemptStatus, int]:
+        counts = dict.fromkeys(AttemptStatus, 0)
+        with self._one() as conn:
+            for status, n in conn.execute(self.statements.attempts_by_status):
+                counts[AttemptStatus(status)] = int(n)
+        return counts
 
     # --- steps ---------------------------------------------------------------
     @_prepared

@@ -204,6 +204,9 @@ class Statements:
         for flags in itertools.product((False, True), repeat=4):
             shape = ",".join(f for f, on in zip(RUN_FILTERS, flags, strict=True) if on)
             found[f"list_runs[{shape}]"] = self.list_runs(*flags)
+        for flags in itertools.product((False, True), repeat=3):
+            shape = ",".join(f for f, on in zip(RUN_FILTERS[1:], flags, strict=True) if on)
+            found[f"count_runs[{shape}]"] = self.count_runs(*flags)
         found.update(self._families())
         return found
 
@@ -282,6 +285,18 @@ class Statements:
         )
         self.signal_insert = sa.insert(G)
         self.signals_of_run = sa.select(G.c.name, G.c.payload).where(G.c.run_id == _p("id"))
+        # For people (the run page, the command line), not the hot path.
+        self.signals_in_order = self.signals_of_run.order_by(G.c.created_at, G.c.name)
+        # No index leads with the key (the unique one is (workflow, key)): a
+        # person's search, bounded by the limit.
+        self.runs_with_key = (
+            sa.select(R)
+            .where(R.c.idempotency_key == _p("key"))
+            .order_by(R.c.created_at.desc(), R.c.id.desc())
+            .limit(_p("limit", sa.Integer()))
+        )
+        self.steps_by_status = sa.select(S.c.status, sa.func.count()).group_by(S.c.status)
+        self.attempts_by_status = sa.select(A.c.status, sa.func.count()).group_by(A.c.status)
 
     def _steps(self, now: ColumnElement[int], at: ColumnElement[int]) -> None:
         """Steps and attempts: read and insert; the pass's read."""
@@ -618,3 +633,15 @@ class Statements:
             .limit(_p("limit", sa.Integer()))
             .offset(_p("offset", sa.Integer()))
         )
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - built once per dialect, kept for good
+    def count_runs(self, workflow: bool, since: bool, until: bool) -> sa.Select[Any]:
+        """Runs per status, with ``list_runs``'s filters but the status."""
+        q = sa.select(R.c.status, sa.func.count()).group_by(R.c.status)
+        if workflow:
+            q = q.where(R.c.workflow == _p("workflow"))
+        if since:
+            q = q.where(R.c.created_at >= _p("since", sa.BigInteger()))
+        if until:
+            q = q.where(R.c.created_at < _p("until", sa.BigInteger()))
+        return q

@@ -259,6 +259,15 @@ class RunApi:
         return Answer(202, {"action": action, "run": run_detail(run, now)})
 
     # --- shared --------------------------------------------------------------
+    def refusal(self, action: str, target: str) -> Answer | None:
+        """The 403 answer if ``permission`` refuses ``action`` on ``target``, else None
+        (for routes whose answer is not JSON, such as ``/metrics``)."""
+        try:
+            self._allow(action, target)
+        except ApiError as exc:
+            return error_answer(exc)
+        return None
+
     def _allow(self, action: str, target: str) -> None:
         if not self.permission(action, target):
             raise ApiError(403, "forbidden", f"not allowed to {action} {target!r}")

@@ -7,7 +7,7 @@ byte is read) and its JSON error handling (a 404 under ``api/`` and
 :class:`~.api.RunApi` and sends its answer back. Routes, under the
 blueprint's prefix: ``/`` (the page), ``/assets/<name>``, ``/api/runs``,
 ``/api/runs/<id>``, ``/api/runs/<id>/cancel``, ``/api/runs/<id>/retry``,
-``/api/runs/<id>/signals/<name>``.
+``/api/runs/<id>/signals/<name>``, ``/metrics`` (Prometheus).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from flask import Blueprint, Response, abort, jsonify, request, url_for
 
 from .api import Answer, Body, RunApi
 from .page import HTML_TYPE, PAGE_HEADERS, asset, render_page
+from .permissions import LIST_TARGET
 
 TREES = ("/api", "/assets")
 """URL trees (under the blueprint's prefix) whose every answer is JSON or an asset."""
@@ -65,6 +66,18 @@ def add_run_page(bp: Blueprint, api: Callable[[], RunApi]) -> frozenset[Callable
             abort(404)
         return Response(found.body, content_type=found.content_type, headers=list(PAGE_HEADERS))
 
+    @bp.get("/metrics")
+    def metrics() -> Response:
+        """Prometheus' text format, read from the store (asks ``permission("list", "runs")``)."""
+        from .metrics import render_metrics  # prometheus_client: the web extra
+
+        run_api = api()
+        refused = run_api.refusal("list", LIST_TARGET)
+        if refused is not None:
+            return respond(refused)
+        body, content_type = render_metrics(run_api.engine.store)
+        return Response(body, content_type=content_type)
+
     @bp.get("/api/runs")
     def api_runs() -> Response:
         """A page of runs with counts per status (query: see :mod:`.query`)."""
@@ -91,5 +104,5 @@ def add_run_page(bp: Blueprint, api: Callable[[], RunApi]) -> frozenset[Callable
         return respond(api().signal(run_id, name, request_body()))
 
     return frozenset(
-        {run_page, run_page_asset, api_runs, api_run, api_cancel, api_retry, api_signal}
+        {run_page, run_page_asset, metrics, api_runs, api_run, api_cancel, api_retry, api_signal}
     )

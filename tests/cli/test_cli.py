@@ -217,6 +217,7 @@ def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -
     [attempt] = add["attempts"]
     assert attempt["attempt"] == 1 and attempt["status"] == "succeeded"
     assert attempt["worker"] == cliapp.pikku.worker_id and attempt["result"] == 5
+    assert attempt["dispatch"] == "broker"  # how the attempt reached its worker
     assert attempt["duration_s"] is not None
 
     human = cli(*A, "runs", "show", done)
@@ -225,6 +226,7 @@ def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -
         assert fact in human.output
     assert "steps" in human.output and "attempts" in human.output
     assert cliapp.pikku.worker_id in human.output
+    assert "dispatch" in human.output and "broker" in human.output
 
     # A step a worker holds right now: its lease, counted down on the store's clock.
     busy = start(cliapp, "order", {"a": 1, "b": 1})

@@ -1107,3 +1107,24 @@ def test_the_memory_store_writes_an_outcome_on_the_pass_clock_its_view_shows() -
     assert views[-1].steps[0] == store.get_step(step.id)
     nxt = store.get_step(step.id)
     assert nxt is not None and nxt.updated_at == views[-1].now
+
+
+def test_steps_and_attempts_are_counted_by_status(store: WorkflowStore) -> None:
+    assert store.count_steps_by_status() == dict.fromkeys(StepStatus, 0)
+    assert store.count_attempts_by_status() == dict.fromkeys(AttemptStatus, 0)
+    run, steps = make_tasks(store, 3, max_attempts=2)
+    done, failing, _pending = steps
+    got = claim(store, done, "w")
+    store.complete_step(done.id, got.attempt, "ok", got.claim_id)
+    lost = claim(store, failing, "w", lease=SHORT)
+    lapse(store, lost)
+    again = claim(store, failing, "w2")  # takes the lapsed attempt over
+    store.fail_step(failing.id, again.attempt, {"type": "E", "message": "no"}, None, again.claim_id)
+    steps_by = store.count_steps_by_status()
+    assert (steps_by[StepStatus.SUCCEEDED], steps_by[StepStatus.FAILED]) == (1, 1)
+    assert steps_by[StepStatus.RUNNING] == 0 and sum(steps_by.values()) == 3
+    attempts_by = store.count_attempts_by_status()
+    assert attempts_by[AttemptStatus.SUCCEEDED] == 1
+    assert attempts_by[AttemptStatus.SUPERSEDED] == 1
+    assert attempts_by[AttemptStatus.FAILED] == 1
+    assert sum(attempts_by.values()) == len(store.get_attempts(run.id)) == 3

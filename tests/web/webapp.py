@@ -27,6 +27,7 @@ FAILS = "web.fails"
 WAITS = "web.waits"
 PACKS = "web.packs"
 PARENT = "web.parent"
+RETRIES = "web.retries"
 LEASE_S = 1.0  # the step lease: a killed worker's step is taken over this long after
 
 
@@ -79,6 +80,10 @@ def build(database_url: str | None = None, name: str = "webtest") -> Pikku:
         total = ctx.step("add", add, order, 1)
         ctx.sleep("cool-off", 0.3)
         return {"total": total, "box": ctx.step("pack", pack, order, retries=1)}
+
+    @pikku.workflow(name=RETRIES)
+    def retries(ctx: Context, data: dict[str, int]) -> Any:
+        return ctx.step("add", add, data["a"], data["b"], retries=1)
 
     @pikku.workflow(name=PARENT)
     def parent(ctx: Context, data: dict[str, int]) -> Any:
