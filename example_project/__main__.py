@@ -1,6 +1,6 @@
 """The demo: a batch of orders through real Celery workers, one of them killed.
 
-    python -m example_project [--orders 8] [--broker URL] [--database URL] [--json]
+    python -m example_project [--orders 8] [--broker URL] [--database URL] [--json] [--web]
 
 Runs ``celery worker -B`` (prefork, 2 processes) as a subprocess on the
 embedded default (SQLite store, SQLite-file broker; no server needed), starts
@@ -40,6 +40,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-kill", action="store_true", help="do not kill a worker on purpose")
     p.add_argument("--timeout", type=float, default=90.0, help="give up after this many seconds")
     p.add_argument("--json", action="store_true", help="print the final runs as JSON")
+    p.add_argument(
+        "--web",
+        action="store_true",
+        help="then serve the run page (read-only, on loopback) until Ctrl-C; "
+        "needs pikku-celery[web]",
+    )
+    p.add_argument("--web-port", type=int, default=5555, help="the run page's port (default 5555)")
     return p.parse_args(argv)
 
 
@@ -121,7 +128,35 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(r["outcome"] == EXPECTED.get(r["order"], "shipped") for r in rows)
     if not ok:
         console.print(f"[red]some orders did not end as designed; see {home / 'worker.log'}[/]")
+    if args.web:
+        _serve_run_page(console, pikku, rows, args.web_port)
     return 0 if ok else 1
+
+
+def _serve_run_page(console: Console, pikku: Pikku, rows: list[dict[str, Any]], port: int) -> None:
+    """The run page over the demo's store, read-only on loopback, until Ctrl-C;
+    its address points at the run whose worker was killed mid-step (the
+    shipping child run whose 'pack' step took a second attempt), else the first."""
+    from pikku_celery.web.app import create_app
+    from pikku_celery.web.permissions import read_only
+    from pikku_celery.web.serve import make_server
+
+    focus = rows[0]["run_id"]
+    for row in rows:
+        for history in pikku.handle(row["run_id"]).steps():
+            child = history.step.child_run_id
+            if child and any(
+                h.step.name == "pack" and h.step.attempt > 1 for h in pikku.handle(child).steps()
+            ):
+                focus = child
+    server = make_server(create_app(pikku, read_only), "127.0.0.1", port)
+    console.print(f"run page: http://127.0.0.1:{server.port}/?run={focus}  (Ctrl-C stops it)")
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
 
 
 def _safe(url: str) -> str:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,3 +51,43 @@ def test_the_demo_runs_every_order_to_its_designed_end(tmp_path: Path) -> None:
     # Transient card failures were retried with backoff.
     assert "charge (attempt 2)" in next(r for r in report["runs"] if r["order"] == 2)["retried"]
     assert report["seconds"] < 60
+
+
+def test_the_demo_serves_the_run_page_of_the_killed_worker_s_run(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIKKU_DEMO_")}
+    env["PIKKU_DEMO_HOME"] = str(tmp_path)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "example_project", "--json", "--web", "--web-port", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        address = None
+        assert demo.stderr is not None
+        for line in demo.stderr:  # the demo's progress, then the page's address
+            if line.startswith("run page: "):
+                address = line.split()[2]
+                break
+        assert address is not None, "the demo printed no run page address"
+        base, _, run_id = address.partition("?run=")
+        with urllib.request.urlopen(f"{base}api/runs/{run_id}", timeout=10) as answer:
+            shown = json.load(answer)
+        attempts = {s["name"]: [a["status"] for a in s["attempts"]] for s in shown["steps"]}
+        assert attempts["pack"] == ["superseded", "succeeded"]  # the worker killed mid-step
+        with urllib.request.urlopen(f"{base}metrics", timeout=10) as answer:
+            scraped = answer.read().decode()
+        runs = {
+            sample.labels["status"]: sample.value
+            for family in text_string_to_metric_families(scraped)
+            if family.name == "pikku_runs"
+            for sample in family.samples
+        }
+        # Eight orders and their shipping children, all settled.
+        assert runs["running"] == 0 and runs["completed"] >= 8
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.wait(30)
+    assert demo.returncode == 0
