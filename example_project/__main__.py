@@ -151,12 +151,7 @@ def _serve_run_page(console: Console, pikku: Pikku, rows: list[dict[str, Any]], 
                 focus = child
     server = make_server(create_app(pikku, read_only), "127.0.0.1", port)
     console.print(f"run page: http://127.0.0.1:{server.port}/?run={focus}  (Ctrl-C stops it)")
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
+    server.serve_until_interrupted()
 
 
 def _safe(url: str) -> str:

@@ -136,9 +136,4 @@ def web(
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving the run page on http://{shown}:{server.port}/")
     click.echo(exposure.describe())
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
+    server.serve_until_interrupted()

@@ -124,6 +124,15 @@ class Server:
         """Serve until :meth:`close` (or Ctrl-C)."""
         self._server.run()
 
+    def serve_until_interrupted(self) -> None:
+        """Serve until Ctrl-C (or :meth:`close`), then close: a command's main loop."""
+        try:
+            self.run()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.close()
+
     def close(self) -> None:
         """Stop listening, drop kept-alive connections, end the worker threads."""
         from waitress import wasyncore  # type: ignore[import-untyped]
