@@ -67,6 +67,7 @@ class Pikku(WorkflowEngine):
         install_beat: bool = True,
         upgrade_command: str | None = None,
         durable_claims: bool = False,
+        metrics: bool = False,
         **options: Any,
     ) -> None:
         if store is None and engine is None and database_url is None:
@@ -102,6 +103,10 @@ class Pikku(WorkflowEngine):
             **options,
         )
         self.sweep_interval = sweep_interval
+        if metrics:
+            from ..prometheus import PrometheusObserver  # prometheus_client: the web extra
+
+            self.observers.add(PrometheusObserver())
         _warn_unsafe_serializers(app)
         self._register_tasks()
         if install_beat:

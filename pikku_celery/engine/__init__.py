@@ -5,12 +5,14 @@ from .core import WorkflowEngine, parse_run_id
 from .dispatcher import Dispatcher
 from .execute import RetryStep, call_with
 from .handle import RunHandle, StepHistory
+from .observe import EngineObserver
 from .sweep import SweepReport
 from .workflow import Workflow, WorkflowRegistry
 
 __all__ = [
     "Context",
     "Dispatcher",
+    "EngineObserver",
     "RetryStep",
     "RunHandle",
     "StepHandle",

@@ -22,6 +22,7 @@ from .execute import StepBody, execute_step
 from .handle import RunHandle
 from .keeper import StepLeaseKeeper
 from .limits import Limits
+from .observe import Observers
 from .orchestrate import advance, orchestrate
 from .sweep import SweepReport, sweep
 from .workflow import Workflow, WorkflowDecorator, WorkflowFunction, WorkflowRegistry
@@ -74,6 +75,8 @@ class WorkflowEngine:
     ) -> None:
         self.store = store
         self._capabilities = StoreCapabilities(store)
+        self.observers = Observers()
+        """Who is told what happens (metrics, traces): ``observers.add(observer)``."""
         self.leases = leases
         self.dispatcher = dispatcher
         self.registry = WorkflowRegistry()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,7 @@ def execute_step(
         _unclaimed(engine, run_id, step_id, lease_ms)
         return None
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id)
+    began = time.monotonic()
     try:
         try:
             if _wants_transaction(body, step):
@@ -81,14 +83,19 @@ def execute_step(
             outcome = replace(outcome, claim_id=step.claim_id)  # fenced on the claim too
         except WorkflowStepSupersededError as exc:
             log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
+            engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
             return None
+        ran = time.monotonic() - began
         # The lease is still renewed while the outcome is written, so a store
         # that is briefly away (a restart) does not cost the attempt.
         # A committed transactional step is already recorded: the pass only advances.
         done = _advance_retrying(engine, run_id, None if committed else outcome)
     finally:
         engine.keeper.drop(holding)
-    return None if done is None else outcome
+    if done is None:
+        return None
+    engine.observers.step_attempted(step, outcome, ran)
+    return outcome
 
 
 def _advance_retrying(

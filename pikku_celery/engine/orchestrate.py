@@ -64,6 +64,7 @@ def advance(
         result = engine.store.advance(run_id, outcome, decide)
     except WorkflowStepSupersededError as exc:
         log.warning("refused a superseded outcome: %s", exc)
+        engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
         return None
     except RunNotFoundError:
         raise  # nothing to fail
@@ -81,6 +82,8 @@ def advance(
         if result is None:
             return None
     publish(engine, result, previous_wake[0] if previous_wake else None, reason)
+    if engine.observers and result.decision is not None and result.run.status.terminal:
+        engine.observers.run_settled(result.run)
     return result
 
 
@@ -101,6 +104,9 @@ def _fail_run(
         return engine.store.advance(run_id, outcome, fail)
     except WorkflowStepSupersededError as superseded:
         log.warning("refused a superseded outcome: %s", superseded)
+        engine.observers.write_refused(
+            superseded.step_id, superseded.attempt, superseded.claim_lost
+        )
         return None
 
 

@@ -53,6 +53,7 @@ def sweep(engine: WorkflowEngine, limit: int = 200) -> SweepReport:
         log.warning("sweep: %s", exc)
     if report.total:
         log.info("sweep: %s", report)
+    engine.observers.swept(report)
     return report
 
 

@@ -10,9 +10,10 @@ scrape is a handful of ``GROUP BY`` queries.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest, multiprocess
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -64,7 +65,11 @@ class StoreCollector(Collector):
 
 
 def render_metrics(store: WorkflowStore) -> tuple[bytes, str]:
-    """The store's metrics in Prometheus' text format, and its content type."""
+    """The store's metrics in Prometheus' text format, and its content type;
+    with ``PROMETHEUS_MULTIPROC_DIR`` set, the worker processes' samples
+    written there too (:mod:`pikku_celery.prometheus`)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store))
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return generate_latest(registry), CONTENT_TYPE_LATEST

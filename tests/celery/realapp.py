@@ -3,7 +3,8 @@
 :func:`build` makes the app from a settings mapping, so the test process and
 its workers agree: ``PIKKU_T_BROKER``, ``PIKKU_T_DATABASE``, ``PIKKU_T_QUEUE``
 (a per-session queue-name prefix), ``PIKKU_T_VISIBILITY``, ``PIKKU_T_SWEEP``
-(seconds) and ``PIKKU_T_MARKS`` (a folder for pid marks). Workers load the
+(seconds), ``PIKKU_T_MARKS`` (a folder for pid marks) and ``PIKKU_T_METRICS``
+(``1``: the worker-side Prometheus metrics). Workers load the
 module-level ``app``, built from their environment.
 """
 
@@ -86,6 +87,7 @@ def build(env: Mapping[str, str]) -> TestApp:
         message_grace=3.0,
         idle_after=3.0,
         queue_leases={default_queue: visibility, shipping_queue: visibility} if amqp else None,
+        metrics=env.get("PIKKU_T_METRICS") == "1",
     )
     order = shop.install(app, pikku)
     app.conf.task_routes = {"shop.label": {"queue": shipping_queue}}

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import redis
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 
-from pikku_celery.store import AttemptStatus, RunStatus
+from pikku_celery.store import AttemptStatus, RunStatus, StepKind
 from pikku_celery.store.schema import metadata
 from tests.helpers import wait_until
 from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, unavailable
@@ -273,3 +275,45 @@ def _settled(run: object) -> bool:
         return bool(run.status() in (RunStatus.COMPLETED, RunStatus.FAILED))  # type: ignore[attr-defined]
     except sa.exc.OperationalError:
         return False
+
+
+def test_a_prefork_worker_s_metrics_count_every_child(cluster: Cluster, tmp_path: Path) -> None:
+    # Only the measured worker takes steps: the fixture's own one stops.
+    for running in cluster.workers:
+        running.stop()
+    samples_dir = tmp_path / "prometheus"
+    samples_dir.mkdir()
+    env = {**cluster.env, "PIKKU_T_METRICS": "1", "PROMETHEUS_MULTIPROC_DIR": str(samples_dir)}
+    name = f"metrics-{SESSION_TAG}"
+    measured = worker(env, cluster.app.queues, tmp_path / f"{name}.log", name, concurrency=2)
+    cluster.workers.append(measured.wait_ready())
+    order = cluster.app.workflows["order"]
+    runs = [order.start({"id": 30 + i, "cents": 100, "skus": ["a", "b"]}) for i in range(4)]
+    try:
+        for run in runs:
+            run.wait(timeout=60)
+    except Exception:
+        print(cluster.logs())
+        raise
+    pikku = cluster.app.pikku
+    task_attempts: list[AttemptStatus] = []
+    for run in runs:
+        histories = run.steps()
+        for history in list(histories):
+            if history.step.child_run_id:
+                histories += pikku.handle(history.step.child_run_id).steps()
+        for history in histories:
+            if history.step.kind == StepKind.TASK:
+                task_attempts += [a.status for a in history.attempts]
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(samples_dir))
+    counted = {
+        sample.labels["outcome"]: sample.value
+        for family in registry.collect()
+        if family.name == "pikku_worker_step_outcomes"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    # Every attempt of every pool process is counted, whichever child ran it.
+    assert counted.get("succeeded") == task_attempts.count(AttemptStatus.SUCCEEDED)
+    assert counted.get("retrying") == task_attempts.count(AttemptStatus.FAILED) == len(runs)
