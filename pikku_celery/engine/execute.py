@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -80,7 +79,6 @@ def execute_step(
                 outcome, committed = _run_in_transaction(engine, step, body)
             else:
                 outcome, committed = _run_body(step, body), False
-            outcome = replace(outcome, claim_id=step.claim_id)  # fenced on the claim too
         except WorkflowStepSupersededError as exc:
             log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
             engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
@@ -132,7 +130,7 @@ def _run_in_transaction(
             f"step {step.name!r} is transactional, which needs a SQL store "
             "(its writes share the store's transaction)"
         )
-        return StepOutcome(step.id, step.attempt, ok=False, error=error_info(err)), False
+        return _outcome(step, ok=False, error=error_info(err)), False
     try:
         result = store.complete_in_transaction(
             step.id,
@@ -144,7 +142,7 @@ def _run_in_transaction(
         raise
     except Exception as exc:
         return _run_failed(step, exc), False
-    return StepOutcome(step.id, step.attempt, ok=True, result=result), True
+    return _outcome(step, ok=True, result=result), True
 
 
 def _run_body(step: StepState, body: StepBody) -> StepOutcome:
@@ -153,26 +151,25 @@ def _run_body(step: StepState, body: StepBody) -> StepOutcome:
         check_json(result, f"step {step.name!r}", "result")
     except Exception as exc:
         return _run_failed(step, exc)
-    return StepOutcome(step.id, step.attempt, ok=True, result=result)
+    return _outcome(step, ok=True, result=result)
+
+
+def _outcome(step: StepState, **fields: Any) -> StepOutcome:
+    """The outcome of this claim of ``step``: fenced on its attempt and claim id."""
+    return StepOutcome(step.id, step.attempt, claim_id=step.claim_id, **fields)
 
 
 def _run_failed(step: StepState, exc: Exception) -> StepOutcome:
     """The outcome of a body that raised: another attempt while any are left."""
     if isinstance(exc, PayloadError):  # a result that cannot be stored: not retried
-        return StepOutcome(step.id, step.attempt, ok=False, error=error_info(exc))
+        return _outcome(step, ok=False, error=error_info(exc))
     if isinstance(exc, RetryStep):
         wait = exc.countdown if exc.countdown is not None else retry_delay(step)
         cause = exc.exc or exc
-        return StepOutcome(
-            step.id, step.attempt, ok=False, error=error_info(cause), retry_delay=wait
-        )
+        return _outcome(step, ok=False, error=error_info(cause), retry_delay=wait)
     more = step.attempt < step.max_attempts
-    return StepOutcome(
-        step.id,
-        step.attempt,
-        ok=False,
-        error=error_info(exc),
-        retry_delay=retry_delay(step) if more else None,
+    return _outcome(
+        step, ok=False, error=error_info(exc), retry_delay=retry_delay(step) if more else None
     )
 
 

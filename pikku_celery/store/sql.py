@@ -595,7 +595,8 @@ class SQLWorkflowStore:
                 "p_claim": claim_id,
             }
             if not self._fenced_write(conn, "complete", params):
-                raise superseded(step_id, None, attempt, claim_id)
+                # Raised inside: the body's writes roll back with the refusal.
+                raise self._superseded(step_id, attempt, claim_id)
         return result
 
     @_prepared

@@ -30,10 +30,10 @@ _KEYS = ("NAME", "HOST", "PORT", "USER", "PASSWORD", "OPTIONS")
 _following: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
 
 
-def target_of(alias: str) -> str:
-    """What Django connects ``alias`` to now, as a value that compares cheaply."""
+def target_of(alias: str) -> tuple[Any, ...]:
+    """What Django connects ``alias`` to now (compared at every checkout)."""
     settings_dict = connections[alias].settings_dict
-    return repr(tuple(settings_dict.get(key) for key in _KEYS))
+    return tuple(settings_dict.get(key) for key in _KEYS)
 
 
 def follow_django_database(engine: sa.Engine, alias: str) -> sa.Engine:
@@ -43,7 +43,7 @@ def follow_django_database(engine: sa.Engine, alias: str) -> sa.Engine:
     built_for = target_of(alias)
     _, built_params = engine.dialect.create_connect_args(engine.url)
 
-    def connect_args_now(cargs: list[Any], cparams: dict[str, Any]) -> str:
+    def connect_args_now(cargs: list[Any], cparams: dict[str, Any]) -> tuple[Any, ...]:
         target = target_of(alias)
         if target == built_for:
             return target
