@@ -47,6 +47,8 @@ def run_created(new: NewRun, value: JSON, now: int) -> RunState:
         created_at=now,
         updated_at=now,
         depth=new.depth,
+        workflow_version=new.workflow_version,
+        trace_context=new.trace_context,
     )
 
 

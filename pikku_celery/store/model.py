@@ -117,6 +117,8 @@ class RunState:
     updated_at: int = 0
     depth: int = 0  # 0 for a run started by start(); a child is its parent's depth + 1
     blocked: str | None = None  # why no pass can run it now (no worker knows its workflow)
+    workflow_version: str | None = None  # the version of its workflow it started on
+    trace_context: dict[str, str] | None = None  # its trace's W3C carrier (tracing on)
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,8 @@ class NewRun:
     parent_run_id: str | None = None
     parent_step_id: str | None = None
     depth: int = 0
+    workflow_version: str | None = None  # the version of the workflow it starts on
+    trace_context: dict[str, str] | None = None  # the W3C carrier its spans join
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ def run_from(row: Any, prefix: str = "") -> RunState:
         updated_at=m[p + "updated_at"],
         depth=m[p + "depth"],
         blocked=m[p + "blocked"],
+        workflow_version=m[p + "workflow_version"],
+        trace_context=read_stored(m[p + "trace_context"], _RUN_COLUMN, run_id, "trace_context"),
     )
 
 
@@ -161,4 +163,10 @@ def run_params(new: NewRun, input_text: str) -> dict[str, Any]:
         "sweep_count": 0,
         "depth": new.depth,
         "blocked": None,
+        "workflow_version": new.workflow_version,
+        "trace_context": (
+            None
+            if new.trace_context is None
+            else json.dumps(new.trace_context, separators=(",", ":"))
+        ),
     }

@@ -97,6 +97,10 @@ run_table = sa.Table(
     sa.Column("depth", sa.Integer(), nullable=False, server_default="0"),
     # why no pass can run it now (no worker knows its workflow); NULL once one does
     sa.Column("blocked", JSON_TEXT, nullable=True),
+    # the version of its workflow the run started on (its replays keep to it)
+    sa.Column("workflow_version", ExactString(64), nullable=True),
+    # the trace context (W3C carrier, JSON) its spans join, kept for the sweep's re-sends
+    sa.Column("trace_context", JSON_TEXT, nullable=True),
     sa.UniqueConstraint("workflow", "idempotency_key", name="uq_pikku_run_idempotency"),
     # sweep: idle runs (status = 'running' AND updated_at <= cutoff), oldest first
     sa.Index("ix_pikku_run_status_updated", "status", "updated_at"),
