@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
@@ -12,6 +13,8 @@ from ..store.model import StepState
 from .inprocess import InProcessDelivery
 from .queues import QueueLeases
 from .routes import ROUTING_OPTIONS, routed_queue
+from .step_body import CeleryStepBody
+from .worker_process import WorkerProcess
 
 RUN_STEP = "pikku.run_step"
 ORCHESTRATE = "pikku.orchestrate"
@@ -41,6 +44,7 @@ class CeleryDispatcher:
         self._router: Any = None
         self._routes: dict[tuple[str, Any], dict[str, Any]] = {}
         self.in_process = InProcessDelivery(app)
+        self.worker = WorkerProcess(app)
 
     # --- tasks and queues ----------------------------------------------------
     def task_name(self, task: Any) -> str:
@@ -68,6 +72,28 @@ class CeleryDispatcher:
 
     def max_countdown(self, queue: str | None) -> float:
         return self.leases.lease(queue).seconds * COUNTDOWN_MARGIN
+
+    def eager_body(
+        self, task_name: str, queue: str | None, carrier: Callable[[StepState], Any]
+    ) -> Callable[[StepState], Any] | None:
+        """``carrier`` itself (it runs any task of the app) when a step of
+        ``task_name`` on ``queue`` may run in this worker process now."""
+        if not isinstance(carrier, CeleryStepBody) or self.app.conf.task_always_eager:
+            return None
+        if self.worker.stopping or not self.worker.consumes(queue):
+            return None
+        task = self.app.tasks.get(task_name)
+        if task is None or task_name.startswith("pikku."):
+            return None
+        # Celery enforces these per message: such a step travels as one. A
+        # time limit set for every task would cover the carrying message's
+        # whole call, every eager step in it: then every step travels.
+        if task.rate_limit or task.time_limit is not None or task.soft_time_limit is not None:
+            return None
+        conf = self.app.conf
+        if conf.task_time_limit is not None or conf.task_soft_time_limit is not None:
+            return None
+        return carrier
 
     # --- sending -------------------------------------------------------------
     def send_step(self, step: StepState, countdown: float = 0.0) -> None:

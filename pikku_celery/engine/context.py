@@ -159,6 +159,7 @@ class Context:
         exchange: str | None = None,
         routing_key: str | None = None,
         priority: int | None = None,
+        eager: bool = True,
         **kwargs: Any,
     ) -> JSON:
         """Run ``task`` as a step and return its result (recorded after the first run).
@@ -167,8 +168,9 @@ class Context:
         result is read back from JSON (a tuple comes back a list).
         ``queue``, ``exchange``, ``routing_key`` and ``priority`` route the
         step's message over the task's own route (as ``apply_async`` does);
-        they never reach the task. Raises :class:`StepFailedError` once its
-        ``retries + 1`` attempts failed.
+        they never reach the task. ``eager=False`` sends the step through the
+        broker even where the step before it could run it at once. Raises
+        :class:`StepFailedError` once its ``retries + 1`` attempts failed.
         """
         handle = self.step_async(
             name,
@@ -181,6 +183,7 @@ class Context:
             exchange=exchange,
             routing_key=routing_key,
             priority=priority,
+            eager=eager,
             **kwargs,
         )
         return self.gather(handle)[0]
@@ -197,6 +200,7 @@ class Context:
         exchange: str | None = None,
         routing_key: str | None = None,
         priority: int | None = None,
+        eager: bool = True,
         **kwargs: Any,
     ) -> StepHandle[Any]:
         """Put a step in flight without waiting; join it with :meth:`gather`.
@@ -228,6 +232,7 @@ class Context:
                     max_attempts=retries + 1,
                     retry_delay=delay,
                     backoff=float(backoff),
+                    eager=bool(eager),
                 )
             )
         elif (

@@ -18,6 +18,7 @@ from ..payload import dumps
 from ..store.base import StoreCapabilities, WorkflowStore
 from ..store.model import JSON, NewRun, RunState
 from .dispatcher import Dispatcher
+from .eager import EAGER_MAX_SECONDS, EAGER_MAX_STEPS, EagerBudget
 from .execute import StepBody, execute_step
 from .handle import RunHandle
 from .keeper import StepLeaseKeeper
@@ -72,7 +73,19 @@ class WorkflowEngine:
         max_child_depth: int = Limits.max_child_depth,
         pass_max_seconds: float = Limits.pass_max_seconds,
         pass_max_calls: int = Limits.pass_max_calls,
+        eager_steps: bool = True,
+        eager_max_steps: int = EAGER_MAX_STEPS,
+        eager_max_seconds: float = EAGER_MAX_SECONDS,
     ) -> None:
+        if eager_max_steps < 0 or not eager_max_seconds >= 0:
+            raise ValueError(
+                f"eager_max_steps ({eager_max_steps!r}) and eager_max_seconds "
+                f"({eager_max_seconds!r}) must be >= 0"
+            )
+        self.eager_steps = eager_steps
+        """Whether a worker runs a run's next step itself when it can (eager steps)."""
+        self.eager_max_steps = eager_max_steps
+        self.eager_max_seconds = eager_max_seconds
         self.store = store
         self._capabilities = StoreCapabilities(store)
         self.observers = Observers()
@@ -107,6 +120,12 @@ class WorkflowEngine:
         self._warned_queues: set[str | None] = set()
         self._warn_lock = threading.Lock()
 
+    def eager_budget(self) -> EagerBudget | None:
+        """The eager budget of a step message received now (None: eager steps off)."""
+        if not self.eager_steps or self.eager_max_steps == 0:
+            return None
+        return EagerBudget.for_message(self.eager_max_steps, self.eager_max_seconds)
+
     @property
     def capabilities(self) -> StoreCapabilities:
         """What the store can do beyond the port (transactional steps, settle
@@ -129,28 +148,41 @@ class WorkflowEngine:
     # --- defining ------------------------------------------------------------
     @overload
     def workflow(
-        self, fn: Callable[[Context, _In], _Out], *, name: str | None = None
+        self,
+        fn: Callable[[Context, _In], _Out],
+        *,
+        name: str | None = None,
+        eager_steps: bool = True,
     ) -> Workflow[_In, _Out]: ...
 
     @overload
     def workflow(
-        self, fn: Callable[[Context], _Out], *, name: str | None = None
+        self, fn: Callable[[Context], _Out], *, name: str | None = None, eager_steps: bool = True
     ) -> Workflow[None, _Out]: ...
 
     @overload
-    def workflow(self, fn: None = None, *, name: str | None = None) -> WorkflowDecorator: ...
+    def workflow(
+        self, fn: None = None, *, name: str | None = None, eager_steps: bool = True
+    ) -> WorkflowDecorator: ...
 
     def workflow(
-        self, fn: WorkflowFunction | None = None, *, name: str | None = None
+        self,
+        fn: WorkflowFunction | None = None,
+        *,
+        name: str | None = None,
+        eager_steps: bool = True,
     ) -> Workflow[Any, Any] | WorkflowDecorator:
         """Register a workflow body ``fn(ctx, input)``; usable bare or with ``name=``.
 
         Typed from ``fn``: ``fn(ctx, input: In) -> Out`` gives a
         ``Workflow[In, Out]``, ``fn(ctx) -> Out`` a ``Workflow[None, Out]``.
+        ``eager_steps=False`` sends each of its steps through the broker.
         """
 
         def register(f: WorkflowFunction) -> Workflow[Any, Any]:
-            wf = Workflow(self, f, name or f"{f.__module__}.{f.__qualname__}")
+            wf = Workflow(
+                self, f, name or f"{f.__module__}.{f.__qualname__}", eager_steps=eager_steps
+            )
             self.registry.add(wf)
             return wf
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from ..store.model import StepState
@@ -45,4 +46,20 @@ class Dispatcher(Protocol):
 
     def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:
         """Ask for an orchestration pass of the run."""
+        ...
+
+
+@runtime_checkable
+class EagerDispatch(Protocol):
+    """A dispatcher that can say a step may run right here, with no message
+    (eager steps). Optional: a dispatcher without it publishes every step."""
+
+    def eager_body(
+        self, task_name: str, queue: str | None, carrier: Callable[[StepState], Any]
+    ) -> Callable[[StepState], Any] | None:
+        """The body that runs a step of ``task_name`` on ``queue`` in this
+        process now, or None if it must travel as a message (its task is not
+        here, its queue is not consumed here, Celery enforces a limit per
+        message on it, the worker is shutting down). ``carrier`` is the body
+        of the step whose worker asks."""
         ...

@@ -15,8 +15,15 @@ from ..errors import (
 )
 from ..payload import check_json
 from ..retry import RetryPolicy
-from ..store.model import JSON, AdvanceResult, StepOutcome, StepState, StepStatus
+from ..store.model import (
+    JSON,
+    AdvanceResult,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
 from ..store.rules import LEASE_BOUND_FACTOR, lease_lapsed
+from .eager import EagerOffer, eager_offer
 from .orchestrate import advance
 from .replay import error_info
 from .transactional import is_transactional, run_with_connection
@@ -53,24 +60,54 @@ def execute_step(
     body: StepBody,
     queue: str | None = None,
 ) -> StepOutcome | None:
-    """Run one attempt of a step if this message wins the claim.
+    """Run one attempt of a step if this message wins the claim, then the
+    run's next steps that its passes wrote claimed by this worker (eager
+    steps), within the message's budget.
 
-    Returns the outcome written, or None when the message had nothing to do
-    (someone else owns the step, it is settled, or it was superseded).
+    Returns the outcome written for the message's own step, or None when the
+    message had nothing to do (someone else owns the step, it is settled, or
+    it was superseded).
     """
     lease_ms = engine.dispatcher.lease_ms(queue)
     if lease_ms < SHORT_LEASE_MS:
         engine.warn_short_lease(queue, lease_ms)
     try:
-        step = engine.store.claim_step(
+        claimed = engine.store.claim_step(
             step_id, task_name, engine.worker_id, lease_ms, run_id=run_id
         )
     except WorkflowStepFunctionMismatchError as exc:
         log.error("refused a step message: %s", exc)
         return None
-    if step is None:
+    if claimed is None:
         _unclaimed(engine, run_id, step_id, lease_ms)
         return None
+    budget = engine.eager_budget()
+    step: StepState | None = claimed
+    first: StepOutcome | None = None
+    while step is not None:
+        offer = eager_offer(engine, budget, body)
+        outcome, done = _attempt(engine, run_id, step, body, lease_ms, offer)
+        if first is None:
+            first = outcome
+        if done is None or done.eager is None or offer is None or offer.body is None:
+            break
+        assert budget is not None
+        budget.take()
+        step, body = done.eager, offer.body
+        lease_ms = engine.dispatcher.lease_ms(step.queue)
+    return first
+
+
+def _attempt(
+    engine: WorkflowEngine,
+    run_id: str,
+    step: StepState,
+    body: StepBody,
+    lease_ms: int,
+    offer: EagerOffer | None,
+) -> tuple[StepOutcome | None, AdvanceResult | None]:
+    """One claimed attempt: its body under a renewed lease, then the pass
+    that records its outcome (and may claim the next step for this worker)."""
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id)
     began = time.monotonic()
     try:
@@ -82,28 +119,31 @@ def execute_step(
         except WorkflowStepSupersededError as exc:
             log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
             engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
-            return None
+            return None, None
         ran = time.monotonic() - began
         # The lease is still renewed while the outcome is written, so a store
         # that is briefly away (a restart) does not cost the attempt.
         # A committed transactional step is already recorded: the pass only advances.
-        done = _advance_retrying(engine, run_id, None if committed else outcome)
+        done = _advance_retrying(engine, run_id, None if committed else outcome, offer)
     finally:
         engine.keeper.drop(holding)
     if done is None:
-        return None
+        return None, None
     engine.observers.step_attempted(step, outcome, ran)
-    return outcome
+    return outcome, done
 
 
 def _advance_retrying(
-    engine: WorkflowEngine, run_id: str, outcome: StepOutcome | None
+    engine: WorkflowEngine,
+    run_id: str,
+    outcome: StepOutcome | None,
+    offer: EagerOffer | None = None,
 ) -> AdvanceResult | None:
     """Write the outcome, waiting out a store outage of up to ``outcome_retry``
     seconds: the work is done, and losing its outcome would spend an attempt."""
     policy = RetryPolicy(within=engine.outcome_retry, first_pause=0.1, max_pause=2.0)
     return policy.call(
-        lambda: advance(engine, run_id, outcome, reason="step"),
+        lambda: advance(engine, run_id, outcome, reason="step", offer=offer),
         engine.is_transient,
         lambda exc: log.warning(
             "store unavailable while recording step outcome; retrying: %s", exc

@@ -21,6 +21,7 @@ from .replay import cancelled, error_info, replay
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
+    from .eager import EagerOffer
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,17 @@ def run_lease_key(run_id: str) -> str:
 
 
 def advance(
-    engine: WorkflowEngine, run_id: str, outcome: StepOutcome | None, reason: str = ""
+    engine: WorkflowEngine,
+    run_id: str,
+    outcome: StepOutcome | None,
+    reason: str = "",
+    offer: EagerOffer | None = None,
 ) -> AdvanceResult | None:
     """One pass in one transaction, then its messages. None if superseded.
+
+    With ``offer``, one new step this worker can run now is written claimed
+    by it instead of published (``AdvanceResult.eager``), unless the
+    workflow opts out of eager steps.
 
     A pass that cannot be decided or stored for a reason every replay would
     meet again (a name no database stores, an unreadable stored value, a
@@ -50,7 +59,7 @@ def advance(
             return cancelled(view)  # even a run whose workflow or values are unreadable
         workflow = engine.registry.get(view.run.workflow)
         check_readable(view)
-        return replay(
+        decision = replay(
             workflow,
             view,
             engine.dispatcher.task_name,
@@ -58,6 +67,9 @@ def advance(
             engine.registry.get,
             engine.limits,
         )
+        if offer is not None and workflow.eager_steps:
+            offer.choose(decision)
+        return decision
 
     result: AdvanceResult | None
     try:

@@ -41,8 +41,17 @@ class Workflow(Generic[In, Out]):
     ``Workflow[None, Shipped]``.
     """
 
-    def __init__(self, engine: WorkflowEngine, fn: Callable[..., Out], name: str) -> None:
+    def __init__(
+        self,
+        engine: WorkflowEngine,
+        fn: Callable[..., Out],
+        name: str,
+        *,
+        eager_steps: bool = True,
+    ) -> None:
         self.engine = engine
+        self.eager_steps = eager_steps
+        """Whether its steps may run eagerly (``@pikku.workflow(eager_steps=False)``)."""
         # Final: read-only to the type checker, which is what makes In/Out's variance sound.
         self.fn: Final = fn
         self.name = name

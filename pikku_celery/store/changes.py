@@ -21,8 +21,10 @@ from ..payload import dumps, loads, normalise
 from .model import (
     JSON,
     Decision,
+    EagerClaim,
     ErrorInfo,
     NewRun,
+    NewStep,
     RunState,
     RunStatus,
     StepKind,
@@ -144,6 +146,20 @@ def step_claimed(step: StepState, worker: str, lease_ms: int, now: int, claim_id
         updated_at=now,
         claim_id=claim_id,
     )
+
+
+def step_created_claimed(step: StepState, claim: EagerClaim, now: int) -> StepState:
+    """A new step as an eager pass writes it: claimed by the passing worker
+    as its first attempt, never waiting in a queue."""
+    claimed = step_claimed(step, claim.worker, claim.lease_ms, now, claim.claim_id)
+    return replace(claimed, scheduled_at=now)
+
+
+def eager_claim_of(claim: EagerClaim | None, new: NewStep) -> EagerClaim | None:
+    """The pass's eager claim if ``new`` is the step it names (a task step only)."""
+    if claim is None or claim.step_name != new.name or new.kind != StepKind.TASK:
+        return None
+    return claim
 
 
 def fence_holds(step: StepState | None, attempt: int, claim_id: str | None) -> bool:

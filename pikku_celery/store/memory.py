@@ -22,18 +22,21 @@ from ..errors import (
 from ..payload import loads, normalise
 from .base import Decide
 from .changes import (
+    eager_claim_of,
     fence_holds,
     new_claim_id,
     run_after_pass,
     run_created,
     step_claimed,
     step_created,
+    step_created_claimed,
     step_parked_on_child,
     step_resolved,
     superseded,
 )
 from .model import (
     BROKER,
+    EAGER,
     JSON,
     AdvanceResult,
     AttemptState,
@@ -467,9 +470,24 @@ class InMemoryWorkflowStore:
                     finished_at=now,
                 )
         children: list[str] = []
+        eager = None
         for enc_step in encoded.steps:
             step = self._insert_step(run, enc_step, now)
-            if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
+            claim = eager_claim_of(decision.eager, enc_step.new)
+            if claim is not None:
+                step = eager = self._steps[step.id] = step_created_claimed(step, claim, now)
+                self._attempts[step.id] = [
+                    AttemptState(
+                        step.id,
+                        step.attempt,
+                        AttemptStatus.RUNNING,
+                        worker=step.worker,
+                        started_at=now,
+                        claim_id=step.claim_id,
+                        dispatch=EAGER,
+                    )
+                ]
+            elif step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
                 publish.append(step)
             if step.child_run_id is not None:
                 children.append(step.child_run_id)
@@ -496,6 +514,7 @@ class InMemoryWorkflowStore:
             decision=decision,
             parent_to_wake=parent_to_wake,
             children_to_wake=children,
+            eager=eager,
         )
 
     def _close_live(self, run_id: str, now: int) -> None:

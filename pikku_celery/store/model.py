@@ -219,6 +219,23 @@ class NewStep:
     child: NewRun | None = None  # created with the step; the step is parked on it
     result: JSON = None  # for VALUE steps, recorded as succeeded at once
     route: dict[str, JSON] | None = None  # ctx.step's routing options, for every message
+    eager: bool = True  # may run eagerly where the step before it ran (ctx.step(eager=False))
+
+
+@dataclass(frozen=True)
+class EagerClaim:
+    """A new step the pass writes already claimed, for the worker that passes.
+
+    The step is written running as its first attempt (dispatch ``eager``),
+    under ``claim_id`` and a lease of ``lease_ms`` on the pass's clock, in
+    the same commit as the outcome before it; that worker then runs it at
+    once, with no message.
+    """
+
+    step_name: str
+    worker: str
+    lease_ms: int
+    claim_id: str
 
 
 @dataclass(frozen=True)
@@ -260,6 +277,7 @@ class Decision:
     error: ErrorInfo | None = None
     wake_at: int | None = None  # when the run must next be looked at
     cancel_children: list[str] = field(default_factory=list)
+    eager: EagerClaim | None = None  # one of new_steps, written claimed by the passing worker
 
 
 @dataclass(frozen=True)
@@ -281,3 +299,4 @@ class AdvanceResult:
     decision: Decision | None  # None when the run was already settled
     parent_to_wake: str | None = None  # parent run whose child step this pass settled
     children_to_wake: list[str] = field(default_factory=list)
+    eager: StepState | None = None  # the step written claimed (Decision.eager), as claimed

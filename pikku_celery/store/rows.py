@@ -144,6 +144,26 @@ def step_params(step: StepState, args: str, kwargs: str, result: str | None) -> 
     }
 
 
+def attempt_params(
+    step: StepState, status: AttemptStatus, dispatch: str | None, started_at: int
+) -> dict[str, Any]:
+    """A new attempt row of ``step``'s current attempt, as insert parameters
+    (every column, so rows of different kinds batch in one statement)."""
+    return {
+        "step_id": step.id,
+        "attempt": step.attempt,
+        "run_id": step.run_id,
+        "status": status.value,
+        "worker": step.worker,
+        "result": None,
+        "error": None,
+        "started_at": started_at,
+        "finished_at": None,
+        "claim_id": step.claim_id,
+        "dispatch": dispatch,
+    }
+
+
 def run_params(new: NewRun, input_text: str) -> dict[str, Any]:
     """A new run as insert parameters (its timestamps are the database's)."""
     return {

@@ -47,11 +47,13 @@ from ..sql.runner import Runner, SQLAlchemyRunner
 from ..sql.transient import rolled_back
 from .base import Decide
 from .changes import (
+    eager_claim_of,
     new_claim_id,
     prepare_outcome,
     run_after_pass,
     run_created,
     step_created,
+    step_created_claimed,
     step_parked_on_child,
     step_resolved,
     superseded,
@@ -59,11 +61,13 @@ from .changes import (
 from .kept_views import FirstPass
 from .model import (
     BROKER,
+    EAGER,
     JSON,
     AdvanceResult,
     AttemptState,
     AttemptStatus,
     Decision,
+    EagerClaim,
     ErrorInfo,
     NewRun,
     RunState,
@@ -74,7 +78,7 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rows import attempt_from, run_from, run_params, step_from, step_params
+from .rows import attempt_from, attempt_params, run_from, run_params, step_from, step_params
 from .rules import (
     EncodedDecision,
     child_outcome,
@@ -783,7 +787,7 @@ class SQLWorkflowStore:
         if child_attempts:
             conn.execute(st.resolve_attempt, child_attempts)
 
-        children = self._insert_steps(conn, run, encoded, now, publish)
+        children, eager = self._insert_steps(conn, run, encoded, decision.eager, now, publish)
 
         if decision.redispatch:
             conn.execute(st.redispatch, {"p_ids": list(decision.redispatch), "p_now": now})
@@ -822,6 +826,7 @@ class SQLWorkflowStore:
             decision=decision,
             parent_to_wake=parent_to_wake,
             children_to_wake=children,
+            eager=eager,
         )
 
     def _insert_steps(
@@ -829,20 +834,29 @@ class SQLWorkflowStore:
         conn: sa.Connection,
         run: RunState,
         encoded: EncodedDecision,
+        eager_claim: EagerClaim | None,
         now: int,
         publish: list[StepState],
-    ) -> list[str]:
-        """Insert the pass's new steps (and child runs), batched per table."""
+    ) -> tuple[list[str], StepState | None]:
+        """Insert the pass's new steps (and child runs), batched per table;
+        the step ``eager_claim`` names is written claimed, and returned."""
         if not encoded.steps:
-            return []
+            return [], None
         steps: list[dict[str, Any]] = []
         child_runs: list[dict[str, Any]] = []
         attempts: list[dict[str, Any]] = []
         children: list[str] = []
+        eager = None
         for enc in encoded.steps:
             new = enc.new
             step = step_created(run, enc, now)
-            if new.kind != StepKind.VALUE and new.child is not None and enc.child_input is not None:
+            claim = eager_claim_of(eager_claim, new)
+            if claim is not None:
+                step = eager = step_created_claimed(step, claim, now)
+                attempts.append(attempt_params(step, AttemptStatus.RUNNING, EAGER, now))
+            elif (
+                new.kind != StepKind.VALUE and new.child is not None and enc.child_input is not None
+            ):
                 child = replace(
                     new.child, parent_run_id=run.id, parent_step_id=enc.id, depth=run.depth + 1
                 )
@@ -850,16 +864,7 @@ class SQLWorkflowStore:
                     {**run_params(child, enc.child_input), "created_at": now, "updated_at": now}
                 )
                 step = step_parked_on_child(step, child.id)
-                attempts.append(
-                    {
-                        "step_id": enc.id,
-                        "attempt": 1,
-                        "run_id": run.id,
-                        "status": AttemptStatus.RUNNING.value,
-                        "worker": None,
-                        "started_at": now,
-                    }
-                )
+                attempts.append(attempt_params(step, AttemptStatus.RUNNING, None, now))
                 children.append(child.id)
             steps.append(step_params(step, enc.args, enc.kwargs, enc.value))
             if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
@@ -875,7 +880,7 @@ class SQLWorkflowStore:
             ) from exc
         if attempts:
             conn.execute(self.statements.attempt_insert, attempts)
-        return children
+        return children, eager
 
     def _settle_parent_step(
         self, conn: sa.Connection, run: RunState, decision: Decision, now: int

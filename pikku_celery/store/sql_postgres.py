@@ -27,11 +27,19 @@ from ..payload import loads
 from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
 from ..sql.settle import SETTLED_CHANNEL, SettleListener
 from .base import Decide
-from .changes import prepare_outcome, run_after_pass, step_created
+from .changes import (
+    eager_claim_of,
+    prepare_outcome,
+    run_after_pass,
+    step_created,
+    step_created_claimed,
+)
 from .kept_views import FRESH_RUN_MS, ClaimView, FirstPass, Passed, PassedRuns, remember
 from .model import (
+    EAGER,
     JSON,
     AdvanceResult,
+    AttemptStatus,
     NewRun,
     RunState,
     RunStatus,
@@ -41,7 +49,7 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rows import STEP_COLUMNS, run_from, step_from, step_params
+from .rows import STEP_COLUMNS, attempt_params, run_from, step_from, step_params
 from .rules import encode_decision
 from .sql import SQLWorkflowStore
 from .statements_postgres import CLAIM_VIEW_STEPS, PostgresStatements
@@ -287,23 +295,56 @@ class PostgresWorkflowStore(SQLWorkflowStore):
                 p_run_error=encoded.error,
             )
         publish: list[StepState] = []
+        eager = None
         for enc in encoded.steps:
             step = step_created(run, enc, now)
+            claim = eager_claim_of(decision.eager, enc.new)
+            if claim is not None:
+                step = eager = step_created_claimed(step, claim, now)
+                attempt = attempt_params(step, AttemptStatus.RUNNING, EAGER, now)
+                params.update({f"a_{k}": v for k, v in attempt.items()})
             row = step_params(step, enc.args, enc.kwargs, enc.value)
             params.update({f"n_{k}": v for k, v in row.items()})
-            if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
+            if eager is None and step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
                 publish.append(step)
-        pinned, fenced = self._pass_write((kind, bool(encoded.steps), ends), params)
+        shape = (kind, bool(encoded.steps), ends, eager is not None)
+        pinned, fenced = self._pass_write(shape, params)
         if not pinned:
             return None
         if not fenced:
             assert outcome is not None  # a pass without one is fenced by its pin
             raise self._superseded(outcome.step_id, outcome.attempt, outcome.claim_id)
-        if len(publish) == 1 and len(encoded.steps) == 1:
+        if eager is not None:
+            # The eager step's own pass (in this process, next) needs no read.
+            self._keep_eager_view(new_run, [*steps, eager], eager, now, has_signals, input_size)
+        elif len(publish) == 1 and len(encoded.steps) == 1:
             self._passed.put(publish[0].id, Passed(new_run, [*steps, publish[0]], input_size))
-        return AdvanceResult(run=new_run, steps=publish, decision=decision)
+        return AdvanceResult(run=new_run, steps=publish, decision=decision, eager=eager)
 
-    def _pass_write(self, shape: tuple[str | None, bool, bool], params: dict[str, Any]) -> Any:
+    def _keep_eager_view(
+        self,
+        run: RunState,
+        steps: list[StepState],
+        eager: StepState,
+        now: int,
+        has_signals: bool,
+        input_size: int,
+    ) -> None:
+        """The run as this pass left it, for the pass of the step it claimed."""
+        view = ClaimView(
+            run,
+            steps,
+            now,
+            has_signals,
+            time.monotonic(),
+            int(eager.lease_expires_at or 0),
+            input_size,
+        )
+        remember(self._claim_views, (eager.id, eager.attempt), view)
+
+    def _pass_write(
+        self, shape: tuple[str | None, bool, bool, bool], params: dict[str, Any]
+    ) -> Any:
         """The optimistic pass's one statement: (pinned, fenced)."""
         [row] = self.runner.rows(self.statements.pass_write(*shape), params)
         return row.pinned, row.fenced

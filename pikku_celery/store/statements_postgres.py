@@ -88,6 +88,8 @@ class PostgresStatements(Statements):
         for kind, new_step, ends in itertools.product(PASS_KINDS, (False, True), (False, True)):
             shape = f"{kind or 'first'}{',step' if new_step else ''}{',ends' if ends else ''}"
             yield f"pass_write[{shape}]", self.pass_write(kind, new_step, ends)
+            if new_step and not ends:
+                yield f"pass_write[{shape},eager]", self.pass_write(kind, new_step, ends, True)
 
     def _pass_view(self, now: ColumnElement[int]) -> None:
         """The optimistic pass's read: the run, its clock, whether it has
@@ -201,7 +203,9 @@ class PostgresStatements(Statements):
         return sa.select(sa.func.count()).select_from(done).add_cte(recorded)
 
     @functools.lru_cache(maxsize=16)  # noqa: B019 - built once per store class, kept for good
-    def pass_write(self, kind: str | None, new_step: bool, ends: bool) -> sa.Select[Any]:
+    def pass_write(
+        self, kind: str | None, new_step: bool, ends: bool, eager: bool = False
+    ) -> sa.Select[Any]:
         """A whole pass as ONE statement (the optimistic hot path).
 
         ``pinned`` locks the run row only if its version is still the one the
@@ -211,6 +215,8 @@ class PostgresStatements(Statements):
         (0, 0) the version moved and nothing was written; (1, 0) the outcome
         was superseded and nothing was written; (1, 1) the pass landed.
         ``kind`` None: a pass without an outcome (a new run's first pass).
+        ``eager``: the new step is written claimed, with its attempt row
+        (parameters ``a_*``), for the worker that passes.
         A pass that ends the run also sends its settle NOTIFY (delivered at
         commit, so only if it landed): no statement of its own for it.
         """
@@ -267,6 +273,18 @@ class PostgresStatements(Statements):
                 .cte("recorded")
             )
             ctes.append(recorded)
+        if new_step and eager:
+            attempt_cols = list(A.c)
+            ctes.append(
+                sa.insert(A)
+                .from_select(
+                    [c.name for c in attempt_cols],
+                    sa.select(
+                        *[sa.bindparam(f"a_{c.name}", type_=c.type) for c in attempt_cols]
+                    ).where(sa.exists(sa.select(passed.c.id))),
+                )
+                .cte("eager_attempt")
+            )
         counts = [
             sa.select(sa.func.count()).select_from(pinned).scalar_subquery().label("pinned"),
             sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),

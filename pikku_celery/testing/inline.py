@@ -50,8 +50,10 @@ class InlineDispatcher:
         queue_leases: dict[str, int] | None = None,
         max_countdown: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        eager: bool = False,
     ) -> None:
         self.clock = clock  # seconds: when a message is due, on this clock
+        self.eager = eager  # run a run's next step where the last one ran (eager steps)
         self.engine: WorkflowEngine | None = None
         self.tasks: dict[str, Callable[..., Any]] = {}
         self.task_queues: dict[str, str | None] = {}
@@ -100,6 +102,13 @@ class InlineDispatcher:
 
     def max_countdown(self, queue: str | None) -> float:
         return self.default_max_countdown
+
+    def eager_body(
+        self, task_name: str, queue: str | None, carrier: Callable[[StepState], Any]
+    ) -> Callable[[StepState], Any] | None:
+        """With ``eager=True``, every registered task runs eagerly."""
+        fn = self.tasks.get(task_name)
+        return call_with(fn) if self.eager and fn is not None else None
 
     # --- sending -------------------------------------------------------------
     def due_at(self, countdown: float) -> float:

@@ -49,7 +49,7 @@ class TestApp:
     workflows: dict[str, Workflow]
 
 
-def build(env: Mapping[str, str]) -> TestApp:
+def build(env: Mapping[str, str], **pikku_options: Any) -> TestApp:
     broker = env.get("PIKKU_T_BROKER", "memory://")
     database = env.get("PIKKU_T_DATABASE", "sqlite://")
     prefix = env.get("PIKKU_T_QUEUE", "pikku-test")
@@ -88,6 +88,7 @@ def build(env: Mapping[str, str]) -> TestApp:
         idle_after=3.0,
         queue_leases={default_queue: visibility, shipping_queue: visibility} if amqp else None,
         metrics=env.get("PIKKU_T_METRICS") == "1",
+        **pikku_options,
     )
     order = shop.install(app, pikku)
     app.conf.task_routes = {"shop.label": {"queue": shipping_queue}}

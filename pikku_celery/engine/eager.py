@@ -1,0 +1,113 @@
+"""Eager steps: the next step of a run runs where the step before it finished.
+
+The pass that records a step's outcome may write the run's next step already
+claimed by the worker that passes (DESIGN.md, "The hot path"), which then
+runs it in the same task call: no broker hop and no separate claim. This
+module decides which step, and for how long one message may go on so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..store.changes import new_claim_id
+from ..store.model import Decision, EagerClaim, NewStep, StepKind, StepState, StepStatus
+from .dispatcher import EagerDispatch
+
+if TYPE_CHECKING:
+    from .core import WorkflowEngine
+
+StepBody = Callable[[StepState], Any]
+
+# A message may run this many of its run's steps eagerly, for at most this
+# long (the README's "Eager steps" says why these defaults).
+EAGER_MAX_STEPS = 50
+EAGER_MAX_SECONDS = 10.0
+
+
+@dataclass
+class EagerBudget:
+    """What the message that carries a run may still run eagerly.
+
+    The message stays unacknowledged until its task call returns, so the
+    budget keeps the call well inside the queue's redelivery horizon, and
+    hands the run back to the broker now and then so that one long run does
+    not keep a worker process from the messages waiting behind it.
+    """
+
+    steps_left: int
+    deadline: float  # on time.monotonic()
+
+    @classmethod
+    def for_message(cls, max_steps: int, max_seconds: float) -> EagerBudget:
+        """The budget of a message received now."""
+        return cls(max_steps, time.monotonic() + max_seconds)
+
+    def spent(self) -> bool:
+        """No more eager steps for this message."""
+        return self.steps_left <= 0 or time.monotonic() >= self.deadline
+
+    def take(self) -> None:
+        """One eager step is on its way."""
+        self.steps_left -= 1
+
+
+def eligible(new: NewStep) -> bool:
+    """Whether a new step can be claimed at once: a task step due now."""
+    return (
+        new.eager
+        and new.kind == StepKind.TASK
+        and new.status == StepStatus.SCHEDULED
+        and new.wake_at is None
+        and new.child is None
+        and new.task_name is not None
+    )
+
+
+class EagerOffer:
+    """This worker's offer, for one pass, to run one of its new steps itself."""
+
+    def __init__(
+        self,
+        dispatch: EagerDispatch,
+        worker: str,
+        carrier: StepBody,
+        lease_ms: Callable[[str | None], int],
+    ) -> None:
+        self._dispatch = dispatch
+        self._worker = worker
+        self._carrier = carrier
+        self._lease_ms = lease_ms
+        self.claim_id = new_claim_id()
+        self.body: StepBody | None = None  # the chosen step's body
+
+    def choose(self, decision: Decision) -> None:
+        """Name in ``decision.eager`` the first new step this process can run
+        now; of a fan-out, only that one (the rest are published)."""
+        decision.eager, self.body = None, None
+        for new in decision.new_steps:
+            if not eligible(new):
+                continue
+            assert new.task_name is not None
+            body = self._dispatch.eager_body(new.task_name, new.queue, self._carrier)
+            if body is None:
+                continue
+            decision.eager = EagerClaim(
+                new.name, self._worker, self._lease_ms(new.queue), self.claim_id
+            )
+            self.body = body
+            return
+
+
+def eager_offer(
+    engine: WorkflowEngine, budget: EagerBudget | None, carrier: StepBody
+) -> EagerOffer | None:
+    """An offer for the next pass, if the engine's dispatcher can run steps
+    here and the message's budget is not spent."""
+    dispatch = engine.dispatcher
+    if budget is None or budget.spent() or not isinstance(dispatch, EagerDispatch):
+        return None
+    return EagerOffer(dispatch, engine.worker_id, carrier, engine.dispatcher.lease_ms)

@@ -1,0 +1,295 @@
+"""Eager steps on real `celery worker` subprocesses (Redis and RabbitMQ, PostgreSQL store).
+
+What runs eagerly and what travels as a message, the durable commits a step
+costs (counted on the server, in the write-ahead log), the budget, a warm
+shutdown, and the crash cases: a worker SIGKILLed or SIGSTOPped mid-eager-step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from pikku_celery.store import AttemptStatus
+from pikku_celery.store.model import BROKER, EAGER
+from tests.helpers import wait_until
+from tests.services import PG_ADMIN_URL, SESSION_TAG
+
+from . import eagerapp, realapp
+from .test_real_workers import _check_broker, _purge, pg_tables  # noqa: F401 - a fixture
+from .workers import CeleryProcess, beat_argv, worker_argv
+
+VISIBILITY = 3.0
+SWEEP = 1.0
+
+pytestmark = pytest.mark.slow
+
+
+class EagerProcess(CeleryProcess):
+    app_module = "tests.celery.eagerapp"
+
+
+@dataclass
+class Cluster:
+    kind: str
+    env: dict[str, str]
+    app: realapp.TestApp
+    workdir: Path
+    workers: list[CeleryProcess] = field(default_factory=list)
+    beat: CeleryProcess | None = None
+
+    def add_worker(self, queues: list[str] | None = None, pool: str = "prefork") -> CeleryProcess:
+        name = f"e{len(self.workers)}-{SESSION_TAG}"
+        argv = worker_argv(queues or self.app.queues[:2], name, 1)
+        argv[argv.index("--pool") + 1] = pool
+        w = EagerProcess(argv, self.env, self.workdir / f"{name}.log").start()
+        self.workers.append(w)
+        return w.wait_ready()
+
+    def start_beat(self) -> None:
+        self.beat = EagerProcess(beat_argv(self.workdir), self.env, self.workdir / "beat.log")
+        self.beat.start().wait_ready()
+
+    def logs(self) -> str:
+        parts = [f"--- {p.log_path.name}\n{p.log()[-4000:]}" for p in self.workers]
+        if self.beat is not None:
+            parts.append(f"--- beat\n{self.beat.log()[-2000:]}")
+        return "\n".join(parts)
+
+
+def make_cluster(
+    request: pytest.FixtureRequest, pg_url: str, workdir: Path, **extra: str
+) -> Iterator[Cluster]:
+    kind = request.param
+    url = _check_broker(kind)
+    name = request.node.name[:24].replace("[", "-").replace("]", "")
+    env = {
+        "PIKKU_T_BROKER": url,
+        "PIKKU_T_DATABASE": pg_url,
+        "PIKKU_T_QUEUE": f"{SESSION_TAG}-e{kind}-{name}",
+        "PIKKU_T_VISIBILITY": str(VISIBILITY),
+        "PIKKU_T_SWEEP": str(SWEEP),
+        "PIKKU_T_MARKS": str(workdir),
+        **extra,
+    }
+    app = eagerapp.build(env)
+    c = Cluster(kind, env, app, workdir)
+    try:
+        yield c
+    finally:
+        for w in c.workers:
+            w.stop()
+        if c.beat is not None:
+            c.beat.stop()
+        _purge(kind, url, app.queues)
+        assert app.pikku.sql_engine is not None
+        app.pikku.sql_engine.dispose()
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def cluster(request: pytest.FixtureRequest, pg_tables: str, tmp_path: Path) -> Iterator[Cluster]:  # noqa: F811
+    yield from make_cluster(request, pg_tables, tmp_path)
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def budget_cluster(
+    request: pytest.FixtureRequest,
+    pg_tables: str,  # noqa: F811
+    tmp_path: Path,
+) -> Iterator[Cluster]:
+    yield from make_cluster(request, pg_tables, tmp_path, PIKKU_T_EAGER_MAX="3")
+
+
+def dispatches(run: Any) -> dict[str, list[tuple[str | None, AttemptStatus]]]:
+    """Each step's attempts as (dispatch, status), in attempt order."""
+    return {h.step.name: [(a.dispatch, a.status) for a in h.attempts] for h in run.steps()}
+
+
+def waited(cluster: Cluster, run: Any, timeout: float = 60) -> Any:
+    try:
+        return run.wait(timeout=timeout)
+    except Exception:
+        print(cluster.logs())
+        raise
+
+
+# --- what the log says was written ------------------------------------------------
+def database_oid(conn: sa.Connection, url: str) -> int:
+    name = sa.make_url(url).database
+    return int(
+        conn.execute(
+            sa.text("SELECT oid FROM pg_database WHERE datname = :n"), {"n": name}
+        ).scalar_one()
+    )
+
+
+def write_transactions(conn: sa.Connection, db_oid: int, since: str, until: str) -> int:
+    """Committed transactions between two WAL positions that wrote to the
+    database ``db_oid``: counted by the server, whatever else it ran."""
+    return int(
+        conn.execute(
+            sa.text(
+                """
+                WITH records AS (
+                    SELECT xid, resource_manager, record_type, block_ref
+                    FROM pg_get_wal_records_info(CAST(:since AS pg_lsn), CAST(:until AS pg_lsn))
+                )
+                SELECT count(DISTINCT CAST(CAST(xid AS text) AS bigint)) FROM records
+                WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'
+                  AND xid IN (SELECT xid FROM records WHERE block_ref LIKE :rel)
+                """
+            ),
+            {"since": since, "until": until, "rel": f"%rel %/{db_oid}/%"},
+        ).scalar_one()
+    )
+
+
+def wal_position(conn: sa.Connection) -> str:
+    return str(conn.execute(sa.text("SELECT pg_current_wal_insert_lsn()")).scalar_one())
+
+
+@pytest.fixture(scope="module")
+def wal() -> Iterator[sa.Engine]:
+    engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+    yield engine
+    engine.dispose()
+
+
+def test_a_ten_step_run_runs_eagerly_at_one_durable_commit_per_step(
+    cluster: Cluster,
+    wal: sa.Engine,
+    pg_tables: str,  # noqa: F811
+) -> None:
+    cluster.add_worker()
+    ten = cluster.app.workflows["ten"]
+    waited(cluster, ten.start("warm-up"))  # connections made, statements prepared
+    with wal.connect() as conn:
+        oid = database_oid(conn, pg_tables)
+        since = wal_position(conn)
+    run = ten.start("measured")
+    wait_until((cluster.workdir / "measured.done").exists, timeout=60)
+    # The last step's pass (which ends the run) follows its body's file.
+    wait_until(lambda: run.status().terminal, timeout=30)
+    with wal.connect() as conn:
+        written = write_transactions(conn, oid, since, wal_position(conn))
+    assert run.result() == 10
+    seen = dispatches(run)
+    assert seen["s0"] == [(BROKER, AttemptStatus.SUCCEEDED)]
+    assert all(seen[f"s{i}"] == [(EAGER, AttemptStatus.SUCCEEDED)] for i in range(1, 10)), seen
+    # start(): the run and its first pass; the worker: the message's claim
+    # (an asynchronous commit), then one pass per step, each recording the
+    # step's outcome and claiming the next step (the last one ends the run).
+    print(f"{cluster.kind}: {written} write transactions for a 10-step run")
+    assert written == 2 + 1 + 10, written
+
+
+def test_steps_that_cannot_run_here_travel_through_the_broker(cluster: Cluster) -> None:
+    """Another queue's step, a rate-limited or time-limited task, a retried
+    attempt and a fan-out's other branches are messages; the rest is eager."""
+    other = cluster.app.queues[2]
+    cluster.add_worker()
+    cluster.add_worker(queues=[other])
+    run = cluster.app.workflows["mixed"].start("mixed")
+    assert waited(cluster, run) == [7, 8, 9]
+    seen = dispatches(run)
+    assert seen["a"] == [(BROKER, AttemptStatus.SUCCEEDED)]
+    assert seen["other-queue"] == [(BROKER, AttemptStatus.SUCCEEDED)]
+    assert seen["rate-limited"] == [(BROKER, AttemptStatus.SUCCEEDED)]
+    assert seen["time-limited"] == [(BROKER, AttemptStatus.SUCCEEDED)]
+    assert seen["retried"] == [(EAGER, AttemptStatus.FAILED), (BROKER, AttemptStatus.SUCCEEDED)]
+    assert seen["after"] == [(EAGER, AttemptStatus.SUCCEEDED)]
+    branches = sorted(seen[f"branch{i}"][0][0] or "" for i in range(3))
+    assert branches == [BROKER, BROKER, EAGER]
+
+
+def test_the_budget_hands_the_run_back_to_the_broker(budget_cluster: Cluster) -> None:
+    budget_cluster.add_worker()
+    run = budget_cluster.app.workflows["ten"].start("budget")
+    assert waited(budget_cluster, run) == 10
+    seen = dispatches(run)
+    order = [seen[f"s{i}"][0][0] for i in range(10)]
+    assert order == [BROKER, EAGER, EAGER, EAGER] * 2 + [BROKER, EAGER], order
+
+
+def test_a_warm_shutdown_publishes_the_next_step_instead(cluster: Cluster) -> None:
+    first = cluster.add_worker()
+    run = cluster.app.workflows["slow_chain"].start({"steps": 8, "seconds": 0.4})
+    wait_until(lambda: len([h for h in run.steps() if h.step.status == "succeeded"]) >= 2, 30)
+    assert first.proc is not None
+    os.kill(first.proc.pid, signal.SIGTERM)  # warm: the step running finishes
+    first.proc.wait(30)
+    cluster.add_worker()
+    assert waited(cluster, run) == 8
+    order = [dispatches(run)[f"s{i}"][0][0] for i in range(8)]
+    # eager until the shutdown; the step after it was published (and taken
+    # by the next worker, which runs the rest eagerly)
+    published = [i for i, d in enumerate(order) if d == BROKER]
+    assert published[0] == 0 and len(published) == 2, order
+    assert 2 <= published[1] <= 4, order
+    assert all(d == EAGER for i, d in enumerate(order) if i not in published), order
+
+
+def test_a_worker_sigkilled_mid_eager_step_is_taken_over(cluster: Cluster) -> None:
+    cluster.start_beat()
+    cluster.add_worker()
+    key = f"kill-{cluster.kind}"
+    run = cluster.app.workflows["kill_mid"].start(key)
+    wait_until((cluster.workdir / f"{key}.pid").exists, timeout=30)
+    cluster.add_worker()
+    cluster.workers[0].kill()
+    killed_at = time.monotonic()
+    assert waited(cluster, run) == 3
+    recovery = time.monotonic() - killed_at
+    seen = dispatches(run)
+    assert seen["a"] == [(BROKER, AttemptStatus.SUCCEEDED)]  # the carrying message's own step
+    assert seen["b"] == [(EAGER, AttemptStatus.SUPERSEDED), (BROKER, AttemptStatus.SUCCEEDED)]
+    print(f"{cluster.kind}: kill to completion {recovery:.2f} s")
+    assert recovery <= VISIBILITY + SWEEP + 2, recovery
+    # The carrying message came back (unacked when its worker died): it found
+    # its step settled. Each ledger row is there once.
+    engine = cluster.app.pikku.sql_engine
+    assert engine is not None
+    with engine.connect() as conn:
+        keys = conn.execute(
+            sa.select(realapp.ledger.c.key).where(realapp.ledger.c.key.like(f"{key}:%"))
+        ).scalars()
+        assert sorted(keys) == [f"{key}:a", f"{key}:c"]
+
+
+def test_a_stopped_eager_attempt_lands_nothing_once_superseded(cluster: Cluster) -> None:
+    cluster.start_beat()
+    stopped = cluster.add_worker()
+    key = f"stop-{cluster.kind}"
+    run = cluster.app.workflows["stop_mid"].start(key)
+    wait_until((cluster.workdir / f"{key}.pid").exists, timeout=30)
+    assert stopped.proc is not None
+    os.killpg(stopped.proc.pid, signal.SIGSTOP)
+    try:
+        cluster.add_worker()
+        assert waited(cluster, run) == 3
+    finally:
+        os.killpg(stopped.proc.pid, signal.SIGCONT)
+    # The stopped attempt runs on and tries to record -1 in its transaction.
+    refusal = "refused a superseded transactional step"
+    wait_until(lambda: refusal in stopped.log(), timeout=30)
+    history = {h.step.name: h for h in run.steps()}
+    seen = dispatches(run)
+    assert seen["b"] == [(EAGER, AttemptStatus.SUPERSEDED), (BROKER, AttemptStatus.SUCCEEDED)]
+    assert history["b"].step.result == 2
+    engine = cluster.app.pikku.sql_engine
+    assert engine is not None
+    with engine.connect() as conn:
+        pids = conn.execute(
+            sa.select(realapp.ledger.c.pid).where(realapp.ledger.c.key == key)
+        ).scalars()
+        assert len(list(pids)) == 1  # the stopped attempt's row rolled back
