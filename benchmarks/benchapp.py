@@ -1,17 +1,25 @@
-"""The Celery app the workflow benchmark's worker runs (settings from env)."""
+"""The Celery app the workflow benchmark's worker runs (settings from env).
+
+``PIKKU_BENCH_COUNT`` names a file: the worker then counts the SQL
+statements its store sends through SQLAlchemy (a batch counts once) and
+writes the count there when it shuts down.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any
 
-from celery import Celery
+import sqlalchemy as sa
+from celery import Celery, signals
 
 from pikku_celery import Context, Pikku
 
 BROKER = os.environ.get("PIKKU_BENCH_BROKER", "redis://127.0.0.1:6379/12")
 DATABASE = os.environ.get("PIKKU_BENCH_DB", "sqlite:///bench.db")
 QUEUE = os.environ.get("PIKKU_BENCH_QUEUE", "pikku-bench")
+COUNT_FILE = os.environ.get("PIKKU_BENCH_COUNT")
 
 app = Celery("bench", broker=BROKER, backend=BROKER, set_as_current=False)
 app.conf.update(
@@ -35,3 +43,28 @@ def linear(ctx: Context, n: int) -> Any:
     for i in range(n):
         x = ctx.step(f"s{i}", inc, x)
     return x
+
+
+@pikku.workflow(name="bench.linear_broker", eager_steps=False)
+def linear_broker(ctx: Context, n: int) -> Any:
+    x = 0
+    for i in range(n):
+        x = ctx.step(f"s{i}", inc, x)
+    return x
+
+
+if COUNT_FILE and pikku.sql_engine is not None:
+    statements = [0]
+
+    @sa.event.listens_for(pikku.sql_engine, "before_cursor_execute")
+    def _count(*_: Any) -> None:
+        statements[0] += 1
+
+    def _write_count(**_: Any) -> None:
+        with open(COUNT_FILE, "w") as out:
+            out.write(str(statements[0]))
+
+    # Reset once the worker is up: what it ran at start-up is not a step's.
+    signals.worker_ready.connect(lambda **_: statements.__setitem__(0, 0), weak=False)
+    signals.worker_shutdown.connect(_write_count, weak=False)
+    atexit.register(_write_count)

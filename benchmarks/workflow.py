@@ -1,18 +1,23 @@
-"""A durable workflow against the plain Celery chain it replaces, same broker, same run.
+"""A durable workflow against the plain Celery it replaces, same broker, same worker, same run.
 
-    python benchmarks/workflow.py [--steps 10] [--runs 30] [--concurrent 50] [--rounds 3]
+    python benchmarks/workflow.py [--database postgres|mariadb] [--steps 20] [--runs 15]
+                                  [--concurrent 200] [--concurrent-steps 5] [--rounds 3]
 
-Latency: one `celery worker --pool solo` on a Redis broker and a scratch
-PostgreSQL database; interleaved, a chain of N `inc` links (waiting on its
-result in the Redis backend) and an N-step pikku workflow of the same task
-(waiting with RunHandle.wait). Throughput: a `--pool prefork -c 2` worker;
-C concurrent N-step workflows against C concurrent N-link chains, in
-alternating rounds. Prints the medians, steps/s and the ratios.
+Latency, on one `celery worker --pool solo` (Redis broker, a scratch
+database): in each round, a chain of N `inc` links (its result read from the
+Redis backend), an N-step workflow of the same task with eager steps (the
+default), the same workflow with ``eager_steps=False`` (every step a broker
+message), one plain task's ``apply_async().get()`` and a 1-step workflow's
+``start().wait()``. Then what a step costs the database: on PostgreSQL the
+write transactions of one eager run, counted in the write-ahead log
+(pg_walinspect); on MariaDB the statements the worker sent per step.
+Throughput, on a ``--pool prefork -c 2`` worker: C concurrent M-step
+workflows (steps/s) against C plain tasks (tasks/s), in alternating rounds.
 
 The machines this runs on change speed from minute to minute, so each
-workflow is paired with the chain run just before it: the ratio of each pair
-is immune to a slow minute that hits both, and their quartiles show the
-spread. Compare ratios, not milliseconds, between runs of this script.
+measurement is paired with the chain (or plain task) run just before it: the
+ratio of each pair is immune to a slow minute that hits both, and the
+quartiles show the spread. Compare ratios, not milliseconds, between runs.
 """
 
 from __future__ import annotations
@@ -23,30 +28,43 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
-PG_ADMIN = os.environ.get("PIKKU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+ADMIN_URLS = {
+    "postgres": os.environ.get(
+        "PIKKU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    ),
+    "mariadb": os.environ.get("PIKKU_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
 REDIS = os.environ.get("PIKKU_BENCH_REDIS", "redis://127.0.0.1:6379/12")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--concurrent", type=int, default=50)
+    p.add_argument("--database", choices=sorted(ADMIN_URLS), default="postgres")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--runs", type=int, default=15, help="latency rounds")
+    p.add_argument("--concurrent", type=int, default=200)
+    p.add_argument("--concurrent-steps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3, help="throughput rounds of each")
+    p.add_argument("--skip-throughput", action="store_true")
     args = p.parse_args()
 
     tag = f"pikku_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    admin_url = ADMIN_URLS[args.database]
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     with admin.connect() as conn:
         conn.exec_driver_sql(f"CREATE DATABASE {tag}")
-    db_url = sa.engine.make_url(PG_ADMIN).set(database=tag).render_as_string(hide_password=False)
+    db_url = sa.engine.make_url(admin_url).set(database=tag).render_as_string(hide_password=False)
+    count_file = Path(tempfile.gettempdir()) / f"{tag}.statements"
     env = {
         **os.environ,
         "PIKKU_BENCH_BROKER": REDIS,
@@ -60,88 +78,211 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from benchmarks import benchapp
 
-    log = open(f"/tmp/{tag}-worker.log", "wb")  # noqa: SIM115 - lives as long as the worker
+    log = open(f"/tmp/{tag}-worker.log", "wb")  # noqa: SIM115 - lives as long as the workers
 
-    def start_worker(*pool: str) -> subprocess.Popen[bytes]:
+    def start_worker(*pool: str, count: bool = False) -> subprocess.Popen[bytes]:
+        extra = {"PIKKU_BENCH_COUNT": str(count_file)} if count else {}
         return subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "benchmarks.benchapp", "worker", *pool,
              "-Q", tag, "--without-gossip", "--without-mingle", "--without-heartbeat",
              "--loglevel", "WARNING"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT, env={**env, **extra}, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )  # fmt: skip
 
     def stop_worker(w: subprocess.Popen[bytes]) -> None:
-        os.killpg(w.pid, signal.SIGTERM)
-        w.wait(30)
-
-    worker = start_worker("--pool", "solo")
-    through: dict[str, list[float]] = {"chain": [], "workflow": []}
-    try:
-        from celery import chain
-
-        inc = benchapp.inc
-        print(f"warming up ({args.steps} steps, {args.runs} runs each) ...", file=sys.stderr)
-        chain(inc.s(0), *[inc.s() for _ in range(args.steps - 1)]).apply_async().get(timeout=60)
-        benchapp.linear.start(args.steps).wait(timeout=60)
-        chains: list[float] = []
-        flows: list[float] = []
-        for i in range(args.runs):
-            t0 = time.perf_counter()
-            result = chain(inc.s(0), *[inc.s() for _ in range(args.steps - 1)]).apply_async()
-            assert result.get(timeout=60) == args.steps
-            chains.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            assert benchapp.linear.start(args.steps).wait(timeout=60) == args.steps
-            flows.append(time.perf_counter() - t0)
-            print(f"\r  {i + 1}/{args.runs}", end="", file=sys.stderr)
-        print(file=sys.stderr)
-        stop_worker(worker)
-        worker = start_worker("--pool", "prefork", "-c", "2")
-        print(f"throughput: {args.concurrent} concurrent runs, prefork -c 2 ...", file=sys.stderr)
-        chain(inc.s(0), inc.s()).apply_async().get(timeout=60)  # the pool is up
-        for _ in range(args.rounds):
-            t0 = time.perf_counter()
-            results = [
-                chain(inc.s(0), *[inc.s() for _ in range(args.steps - 1)]).apply_async()
-                for _ in range(args.concurrent)
-            ]
-            assert all(r.get(timeout=120) == args.steps for r in results)
-            through["chain"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            handles = [benchapp.linear.start(args.steps) for _ in range(args.concurrent)]
-            assert all(h.wait(timeout=120) == args.steps for h in handles)
-            through["workflow"].append(time.perf_counter() - t0)
-            print(f"\r  round {len(through['chain'])}/{args.rounds}", end="", file=sys.stderr)
-        print(file=sys.stderr)
-    finally:
-        stop_worker(worker)
-        log.close()
-        benchapp.pikku.sql_engine.dispose()  # type: ignore[union-attr]
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {tag} WITH (FORCE)")
+        os.kill(w.pid, signal.SIGTERM)  # warm: the worker writes its counts
+        w.wait(60)
 
     n = args.steps
-    c, f = statistics.median(chains), statistics.median(flows)
-    print(f"\n{n}-step run, median of {args.runs}, Redis broker, PostgreSQL store, --pool solo\n")
-    print(f"| {'what':<28} | {'total ms':>9} | {'per step ms':>11} |")
-    print(f"|{'-' * 30}|{'-' * 11}|{'-' * 13}|")
-    print(f"| {'Celery chain (Redis backend)':<28} | {c * 1000:>9.2f} | {c * 1000 / n:>11.2f} |")
-    print(f"| {'pikku workflow':<28} | {f * 1000:>9.2f} | {f * 1000 / n:>11.2f} |")
-    q1, q2, q3 = quartiles([w / k for w, k in zip(flows, chains, strict=True)])
-    print(f"\ndurable step adds {(f - c) * 1000 / n:+.2f} ms per step ({f / c:.2f}x the chain)")
-    print(f"paired ratio: median {q2:.2f}x the chain (quartiles {q1:.2f} to {q3:.2f})")
-    steps = args.concurrent * n
-    tc, tw = statistics.median(through["chain"]), statistics.median(through["workflow"])
-    print(f"\n{args.concurrent} concurrent {n}-step runs, prefork -c 2, median of {args.rounds}\n")
-    print(f"| {'what':<28} | {'wall s':>7} | {'steps/s':>8} |")
-    print(f"|{'-' * 30}|{'-' * 9}|{'-' * 10}|")
-    print(f"| {'Celery chains':<28} | {tc:>7.2f} | {steps / tc:>8.0f} |")
-    print(f"| {'pikku workflows':<28} | {tw:>7.2f} | {steps / tw:>8.0f} |")
-    rounds = ", ".join(
-        f"{w / k:.2f}" for w, k in zip(through["workflow"], through["chain"], strict=True)
-    )
-    print(f"\nworkflow time {tw / tc:.2f}x the chains' (each round: {rounds})")
+    times: dict[str, list[float]] = {k: [] for k in LATENCY}
+    through: dict[str, list[float]] = {"plain tasks": [], "workflows": []}
+    cost = ""
+    worker = start_worker("--pool", "solo")
+    try:
+        probes = latency_probes(benchapp, n)
+        print(f"warming up ({n} steps, {args.runs} rounds) ...", file=sys.stderr)
+        for probe in probes.values():
+            probe()
+        for i in range(args.runs):
+            for name, probe in probes.items():
+                t0 = time.perf_counter()
+                probe()
+                times[name].append(time.perf_counter() - t0)
+            print(f"\r  {i + 1}/{args.runs}", end="", file=sys.stderr)
+        print(file=sys.stderr)
+        if args.database == "postgres":
+            cost = wal_cost(admin, tag, lambda: probes["workflow, eager steps"](), n)
+        stop_worker(worker)
+        if args.database == "mariadb":
+            counted = {}
+            for name in ("workflow, eager steps", "workflow, eager_steps=False"):
+                worker = start_worker("--pool", "solo", count=True)
+                probes[name]()  # the worker is up (and its counter was reset at ready)
+                stop_worker(worker)
+                first = int(count_file.read_text())
+                worker = start_worker("--pool", "solo", count=True)
+                for _ in range(COUNTED_RUNS + 1):
+                    probes[name]()
+                stop_worker(worker)
+                counted[name] = (int(count_file.read_text()) - first) / (COUNTED_RUNS * n)
+            per_step = ", ".join(f"{k}: {v:.1f}" for k, v in counted.items())
+            cost = f"MariaDB, statements the worker sent per step (claims, run ends in): {per_step}"
+        if not args.skip_throughput:
+            worker = start_worker("--pool", "prefork", "-c", "2")
+            m, c = args.concurrent_steps, args.concurrent
+            print(f"throughput: {c} concurrent {m}-step runs, prefork -c 2 ...", file=sys.stderr)
+            benchapp.inc.delay(0).get(timeout=60)  # the pool is up
+            benchapp.linear.start(m).wait(timeout=60)
+            for r in range(args.rounds):
+                t0 = time.perf_counter()
+                results = [benchapp.inc.delay(i) for i in range(c)]
+                assert [x.get(timeout=120) for x in results] == [i + 1 for i in range(c)]
+                through["plain tasks"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                handles = [benchapp.linear.start(m) for _ in range(c)]
+                assert all(h.wait(timeout=300) == m for h in handles)
+                through["workflows"].append(time.perf_counter() - t0)
+                print(f"\r  round {r + 1}/{args.rounds}", end="", file=sys.stderr)
+            print(file=sys.stderr)
+    finally:
+        if worker.poll() is None:
+            stop_worker(worker)
+        log.close()
+        benchapp.pikku.sql_engine.dispose()  # type: ignore[union-attr]
+        count_file.unlink(missing_ok=True)
+        with admin.connect() as conn:
+            if args.database == "postgres":
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {tag} WITH (FORCE)")
+            else:
+                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {tag}")
+
+    report(args, times, through, cost)
     return 0
+
+
+COUNTED_RUNS = 5
+
+LATENCY = [
+    "Celery chain",
+    "workflow, eager steps",
+    "workflow, eager_steps=False",
+    "plain task",
+    "1-step workflow",
+]
+
+
+def latency_probes(benchapp: Any, n: int) -> dict[str, Callable[[], None]]:
+    """Each measured thing, as a call that runs it once and checks its result."""
+    from celery import chain
+
+    inc = benchapp.inc
+
+    def celery_chain() -> None:
+        links = chain(inc.s(0), *[inc.s() for _ in range(n - 1)])
+        assert links.apply_async().get(timeout=60) == n
+
+    def eager() -> None:
+        assert benchapp.linear.start(n).wait(timeout=60) == n
+
+    def broker() -> None:
+        assert benchapp.linear_broker.start(n).wait(timeout=60) == n
+
+    def plain() -> None:
+        assert inc.apply_async((0,)).get(timeout=60) == 1
+
+    def one_step() -> None:
+        assert benchapp.linear.start(1).wait(timeout=60) == 1
+
+    return dict(zip(LATENCY, [celery_chain, eager, broker, plain, one_step], strict=True))
+
+
+def wal_cost(admin: sa.Engine, database: str, run: Callable[[], None], n: int) -> str:
+    """The write transactions one eager run of ``n`` steps makes on the
+    database, counted in the write-ahead log."""
+    with admin.connect() as conn:
+        conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        oid = conn.execute(
+            sa.text("SELECT oid FROM pg_database WHERE datname = :n"), {"n": database}
+        ).scalar_one()
+        since = conn.execute(sa.text("SELECT pg_current_wal_insert_lsn()")).scalar_one()
+        run()
+        until = conn.execute(sa.text("SELECT pg_current_wal_insert_lsn()")).scalar_one()
+        flushed = sa.text("SELECT pg_current_wal_flush_lsn() >= CAST(:lsn AS pg_lsn)")
+        deadline = time.monotonic() + 30
+        while not conn.execute(flushed, {"lsn": str(until)}).scalar_one():  # async commits
+            if time.monotonic() > deadline:
+                raise TimeoutError("the WAL was not flushed within 30 s")
+            time.sleep(0.05)
+        written = conn.execute(
+            sa.text(
+                """
+                WITH records AS (
+                    SELECT xid, resource_manager, record_type, block_ref
+                    FROM pg_get_wal_records_info(CAST(:since AS pg_lsn), CAST(:until AS pg_lsn))
+                )
+                SELECT count(DISTINCT CAST(CAST(xid AS text) AS bigint)) FROM records
+                WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'
+                  AND xid IN (SELECT xid FROM records WHERE block_ref LIKE :rel)
+                """
+            ),
+            {"since": str(since), "until": str(until), "rel": f"%rel %/{oid}/%"},
+        ).scalar_one()
+    return (
+        f"PostgreSQL: one {n}-step eager run wrote {written} transactions "
+        f"(start: the run with its first pass; the worker: 1 asynchronous claim, then "
+        f"{written - 2} passes for {n} steps)"
+    )
+
+
+def report(
+    args: argparse.Namespace,
+    times: dict[str, list[float]],
+    through: dict[str, list[float]],
+    cost: str,
+) -> None:
+    n = args.steps
+    med = {k: statistics.median(v) for k, v in times.items()}
+    store = "PostgreSQL" if args.database == "postgres" else "MariaDB"
+    print(f"\nlatency, median of {args.runs} rounds, Redis broker, {store} store, --pool solo\n")
+    head = f"| {'what':<28} | {'total ms':>9} | {'per step ms':>11} | {'paired ratio':>28} |"
+    print(f"{head}  target |")
+    print(f"|{'-' * 30}|{'-' * 11}|{'-' * 13}|{'-' * 30}|---------|")
+    rows = [
+        ("Celery chain", n, None, ""),
+        ("workflow, eager steps", n, "Celery chain", "<= 0.6x"),
+        ("workflow, eager_steps=False", n, "Celery chain", "<= 1.4x"),
+        ("plain task", 1, None, ""),
+        ("1-step workflow", 1, "plain task", "<= 1.5x"),
+    ]
+    for name, steps, against, target in rows:
+        ratio = ""
+        if against is not None:
+            pairs = zip(times[name], times[against], strict=True)
+            q1, q2, q3 = quartiles([a / b for a, b in pairs])
+            ratio = f"{q2:.2f}x ({q1:.2f} to {q3:.2f})"
+        total = med[name] * 1000
+        per = total / steps
+        print(f"| {name:<28} | {total:>9.2f} | {per:>11.2f} | {ratio:>28} | {target:>7} |")
+    if cost:
+        print(f"\n{cost}")
+    if not through["workflows"]:
+        return
+    c, m = args.concurrent, args.concurrent_steps
+    tp = statistics.median(through["plain tasks"])
+    tw = statistics.median(through["workflows"])
+    print(f"\nthroughput, prefork -c 2, median of {args.rounds} rounds\n")
+    print(f"| {'what':<40} | {'wall s':>7} | {'per s':>8} |")
+    print(f"|{'-' * 42}|{'-' * 9}|{'-' * 10}|")
+    print(f"| {f'{c} plain tasks':<40} | {tp:>7.2f} | {c / tp:>8.0f} |")
+    flows = f"{c} concurrent {m}-step workflows (steps)"
+    print(f"| {flows:<40} | {tw:>7.2f} | {c * m / tw:>8.0f} |")
+    rounds = ", ".join(
+        f"{(c * m / w) / (c / p):.2f}"
+        for w, p in zip(through["workflows"], through["plain tasks"], strict=True)
+    )
+    ratio = (c * m / tw) / (c / tp)
+    print(f"\nsteps/s {ratio:.2f}x plain tasks/s (each round: {rounds}; target >= 1.5x)")
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -120,11 +121,15 @@ class WorkflowEngine:
         self._warned_queues: set[str | None] = set()
         self._warn_lock = threading.Lock()
 
-    def eager_budget(self) -> EagerBudget | None:
-        """The eager budget of a step message received now (None: eager steps off)."""
+    def eager_budget(self, lease_ms: int) -> EagerBudget | None:
+        """The eager budget of a step message received now from a queue whose
+        lease is ``lease_ms`` (None: eager steps off). It ends within half
+        the lease: the message stays unacknowledged until the call returns,
+        and its queue's redelivery horizon is that lease."""
         if not self.eager_steps or self.eager_max_steps == 0:
             return None
-        return EagerBudget.for_message(self.eager_max_steps, self.eager_max_seconds)
+        seconds = min(self.eager_max_seconds, lease_ms / 2000)
+        return EagerBudget.for_message(self.eager_max_steps, seconds)
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -229,9 +234,13 @@ class WorkflowEngine:
         if idempotency_key is not None:
             check_name(idempotency_key, "idempotency_key")
         text = dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
-        run, created = self.store.create_run(
-            NewRun(workflow=wf.name, input=input, idempotency_key=idempotency_key)
-        )
+        new = NewRun(workflow=wf.name, input=input, idempotency_key=idempotency_key)
+        if idempotency_key is None:
+            # Created by its first pass: in one write where the store can.
+            began = time.monotonic()
+            advance(self, new.id, None, reason="start", start=new)
+            return RunHandle(self, new.id, started_at=began)
+        run, created = self.store.create_run(new)
         if created:
             advance(self, run.id, None, reason="start")
         elif idempotency_key is not None and run.input != json.loads(text):

@@ -81,7 +81,7 @@ def execute_step(
     if claimed is None:
         _unclaimed(engine, run_id, step_id, lease_ms)
         return None
-    budget = engine.eager_budget()
+    budget = engine.eager_budget(lease_ms)
     step: StepState | None = claimed
     first: StepOutcome | None = None
     while step is not None:
@@ -162,7 +162,10 @@ def _run_in_transaction(
     """Run the body and its fenced success write in one store transaction.
 
     Returns the outcome and whether it is already committed. A body that
-    raises rolls its writes back and is recorded as a failure as usual.
+    raises rolls its writes back and is recorded as a failure as usual. A
+    transaction the store lost (a connection cut, a restart) left nothing
+    behind: it is taken again, body and all, for up to ``outcome_retry``
+    seconds, as an outcome write would be (the lease is renewed meanwhile).
     """
     store = engine.capabilities.transactional
     if store is None:
@@ -171,12 +174,21 @@ def _run_in_transaction(
             "(its writes share the store's transaction)"
         )
         return _outcome(step, ok=False, error=error_info(err)), False
+    policy = RetryPolicy(within=engine.outcome_retry, first_pause=0.1, max_pause=2.0)
     try:
-        result = store.complete_in_transaction(
-            step.id,
-            step.attempt,
-            lambda conn: run_with_connection(conn, lambda: body(step)),
-            step.claim_id,
+        result = policy.call(
+            lambda: store.complete_in_transaction(
+                step.id,
+                step.attempt,
+                lambda conn: run_with_connection(conn, lambda: body(step)),
+                step.claim_id,
+            ),
+            engine.is_transient,
+            lambda exc: log.warning(
+                "store unavailable while running transactional step %r; taking it again: %s",
+                step.name,
+                exc,
+            ),
         )
     except WorkflowStepSupersededError:
         raise

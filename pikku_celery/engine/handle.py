@@ -14,9 +14,10 @@ from ..errors import (
     WorkflowFailedError,
     WorkflowTimeoutError,
 )
-from ..store.model import JSON, AttemptState, RunState, RunStatus, StepState
+from ..store.model import JSON, AttemptState, ErrorInfo, RunState, RunStatus, StepState
 
 if TYPE_CHECKING:
+    from ..store.base import SettleWatch
     from .core import WorkflowEngine
 
 # The run's output type (the workflow's ``Out``); a bare ``RunHandle``, as
@@ -40,9 +41,14 @@ class RunHandle(Generic[Out]):
     is read back from JSON, so that holds for JSON-shaped types.)
     """
 
-    def __init__(self, engine: WorkflowEngine, run_id: str) -> None:
+    def __init__(
+        self, engine: WorkflowEngine, run_id: str, started_at: float | None = None
+    ) -> None:
         self.engine = engine
         self.run_id = run_id
+        # time.monotonic() before this process created the run (start()): a
+        # settle listener that has listened since then heard of its end.
+        self._started_at = started_at
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id}>"
@@ -70,9 +76,9 @@ class RunHandle(Generic[Out]):
         deadline = None if timeout is None else time.monotonic() + timeout
         notices = self.engine.capabilities.settle
         if notices is not None:
-            with notices.settled_listener(self.run_id) as wait_settled:
-                if wait_settled is not None:
-                    return self._wait_notified(wait_settled, deadline, timeout)
+            with notices.settled_listener(self.run_id) as watch:
+                if watch is not None:
+                    return self._wait_notified(watch, deadline, timeout)
         delay = 0.001
         while True:
             run = self.state()
@@ -88,20 +94,32 @@ class RunHandle(Generic[Out]):
             delay = min(delay * 1.5, 0.05)
 
     def _wait_notified(
-        self, wait_settled: Any, deadline: float | None, timeout: float | None
+        self, watch: SettleWatch, deadline: float | None, timeout: float | None
     ) -> Out:
-        """Wait on the store's settle notifications, re-reading at least every second."""
+        """Wait on the store's settle notices, re-reading at least every second.
+
+        A run this process started while the listener listened needs no
+        read before its notice, and none after one that carried its outcome.
+        """
+        started = self._started_at
+        unread = started is not None and watch.heard_since(started)
         while True:
-            run = self.state()
-            if run.status.terminal:
-                output: Out = _outcome(run)
-                return output
+            settled = watch.settled()
+            if settled is not None:
+                told: Out = _ended(self.run_id, settled.status, settled.output, settled.error)
+                return told
+            if not unread:
+                run = self.state()
+                if run.status.terminal:
+                    output: Out = _outcome(run)
+                    return output
+            unread = False
             left = 1.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise WorkflowTimeoutError(
-                    f"workflow run {self.run_id} still {run.status} after {timeout} s"
+                    f"workflow run {self.run_id} still {self.state().status} after {timeout} s"
                 )
-            wait_settled(min(1.0, left))
+            watch.wait(min(1.0, left))
 
     def result(self) -> Out:
         """The output of a settled run (raises like :meth:`wait` otherwise)."""
@@ -129,10 +147,14 @@ class RunHandle(Generic[Out]):
 
 
 def _outcome(run: RunState) -> JSON:
-    if run.status == RunStatus.COMPLETED:
-        return run.output
-    if run.status == RunStatus.CANCELLED:
-        raise WorkflowCancelledError(run.id)
-    if run.status == RunStatus.FAILED:
-        raise WorkflowFailedError(run.id, run.error)
-    raise WorkflowTimeoutError(f"workflow run {run.id} is still {run.status}")
+    return _ended(run.id, run.status, run.output, run.error)
+
+
+def _ended(run_id: str, status: RunStatus, output: JSON, error: ErrorInfo | None) -> JSON:
+    if status == RunStatus.COMPLETED:
+        return output
+    if status == RunStatus.CANCELLED:
+        raise WorkflowCancelledError(run_id)
+    if status == RunStatus.FAILED:
+        raise WorkflowFailedError(run_id, error)
+    raise WorkflowTimeoutError(f"workflow run {run_id} is still {status}")

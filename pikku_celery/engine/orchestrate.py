@@ -16,7 +16,7 @@ from ..errors import (
 )
 from ..lease import hold_lease
 from ..payload import UnreadableValue
-from ..store.model import AdvanceResult, Decision, RunStatus, RunView, StepOutcome
+from ..store.model import AdvanceResult, Decision, NewRun, RunStatus, RunView, StepOutcome
 from .replay import cancelled, error_info, replay
 
 if TYPE_CHECKING:
@@ -39,12 +39,14 @@ def advance(
     outcome: StepOutcome | None,
     reason: str = "",
     offer: EagerOffer | None = None,
+    start: NewRun | None = None,
 ) -> AdvanceResult | None:
     """One pass in one transaction, then its messages. None if superseded.
 
     With ``offer``, one new step this worker can run now is written claimed
     by it instead of published (``AdvanceResult.eager``), unless the
-    workflow opts out of eager steps.
+    workflow opts out of eager steps. With ``start``, the run ``start`` is
+    created by this pass (in one write where the store can).
 
     A pass that cannot be decided or stored for a reason every replay would
     meet again (a name no database stores, an unreadable stored value, a
@@ -71,9 +73,16 @@ def advance(
             offer.choose(decision)
         return decision
 
-    result: AdvanceResult | None
+    result: AdvanceResult | None = None
     try:
-        result = engine.store.advance(run_id, outcome, decide)
+        if start is not None:
+            starts = engine.capabilities.starts
+            if starts is not None:
+                result = starts.start_run(start, decide)
+            else:
+                engine.store.create_run(start)
+        if result is None:
+            result = engine.store.advance(run_id, outcome, decide)
     except WorkflowStepSupersededError as exc:
         log.warning("refused a superseded outcome: %s", exc)
         engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)

@@ -1,25 +1,77 @@
 """Waking ``RunHandle.wait`` on PostgreSQL: one LISTEN connection per process.
 
-A pass that settles a run sends ``NOTIFY pikku_run_settled, '<run id>'``
-after commit. One background thread per store holds the LISTEN connection
-(outside the pool: LISTEN needs autocommit) and sets the events of whoever
-watches that run, so a wait costs no connection set-up and no polling.
+A pass that settles a run sends ``NOTIFY pikku_run_settled`` after commit,
+its payload the run id and, when they fit, the run's status, output and
+error (:func:`settle_notice`). One background thread per store holds the
+LISTEN connection (outside the pool: LISTEN needs autocommit), keeps the
+outcomes the latest notices carried, and wakes whoever watches those runs.
+So a wait costs no connection set-up and no polling, and a run this process
+started while it listened is waited for without reading it at all.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 
+from ..store.model import RunStatus, Settled
+
 log = logging.getLogger(__name__)
 
 SETTLED_CHANNEL = "pikku_run_settled"
+NOTICE_BYTES = 7900  # PostgreSQL's payload limit is 8000 bytes
+RECENT_KEPT = 1024  # outcomes of at most ~8 KB each
+
+
+def settle_notice(run_id: str, status: str, output: str | None, error: str | None) -> str:
+    """The payload announcing that ``run_id`` settled: its id, and its
+    status, output and error (as stored JSON text) when they fit."""
+    full = f"{run_id}\n{status}\n{output or 'null'}\n{error or 'null'}"
+    return full if len(full.encode()) <= NOTICE_BYTES else run_id
+
+
+def read_notice(payload: str) -> tuple[str, Settled | None]:
+    """The run id of a notice, and the outcome it carries (if any)."""
+    run_id, _, rest = payload.partition("\n")
+    if not rest:
+        return run_id, None
+    try:
+        status, output, error = rest.split("\n", 2)
+        return run_id, Settled(RunStatus(status), json.loads(output), json.loads(error))
+    except ValueError:  # a notice from elsewhere: waiters read the run
+        return run_id, None
+
+
+class Watch:
+    """One waiter's registration (see :class:`pikku_celery.store.base.SettleWatch`)."""
+
+    def __init__(self, listener: SettleListener, run_id: str) -> None:
+        self._listener = listener
+        self._run_id = run_id
+        self.event = threading.Event()
+
+    def wait(self, timeout: float) -> None:
+        """Return when a notice for the run came (or after ``timeout`` seconds)."""
+        self.event.wait(timeout)
+        self.event.clear()
+
+    def settled(self) -> Settled | None:
+        """The outcome a notice for the run carried, if one came."""
+        return self._listener.recent_outcome(self._run_id)
+
+    def heard_since(self, since: float) -> bool:
+        """Whether the listener has listened without a break since ``since``."""
+        began = self._listener.listening_since
+        return began is not None and began < since
 
 
 class SettleListener:
@@ -29,42 +81,45 @@ class SettleListener:
         self._engine = engine
         self._lock = threading.Lock()
         self._watchers: dict[str, set[threading.Event]] = {}
+        self._recent: OrderedDict[str, Settled] = OrderedDict()
         self._listening = threading.Event()
+        self.listening_since: float | None = None  # time.monotonic() of the LISTEN
         self._thread: threading.Thread | None = None
         self._pid = 0
 
     @contextmanager
-    def watch(self, run_id: str) -> Iterator[Callable[[float], None]]:
+    def watch(self, run_id: str) -> Iterator[Watch]:
         """Register for ``run_id``'s settle before the caller reads its status.
 
-        Yields ``wait(timeout)``; callers re-read the status after each wait
-        (a wait may also end by timeout, e.g. while the listener reconnects).
+        Callers re-check after each wait (a wait may also end by timeout,
+        e.g. while the listener reconnects).
         """
-        event = threading.Event()
+        watch = Watch(self, run_id)
         with self._lock:
             self._ensure_thread()
-            self._watchers.setdefault(run_id, set()).add(event)
+            self._watchers.setdefault(run_id, set()).add(watch.event)
         self._listening.wait(2.0)  # the LISTEN is in place before the first read
-
-        def wait(timeout: float) -> None:
-            event.wait(timeout)
-            event.clear()
-
         try:
-            yield wait
+            yield watch
         finally:
             with self._lock:
                 waiting = self._watchers.get(run_id)
                 if waiting is not None:
-                    waiting.discard(event)
+                    waiting.discard(watch.event)
                     if not waiting:
                         del self._watchers[run_id]
+
+    def recent_outcome(self, run_id: str) -> Settled | None:
+        """The outcome the latest notices carried for ``run_id``."""
+        with self._lock:
+            return self._recent.get(run_id)
 
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
             return
         self._pid = os.getpid()
         self._listening.clear()
+        self.listening_since = None
         self._thread = threading.Thread(target=self._run, name="pikku-settle", daemon=True)
         self._thread.start()
 
@@ -74,6 +129,7 @@ class SettleListener:
                 self._listen()
             except Exception as exc:  # reconnect; waiters re-check meanwhile
                 self._listening.clear()
+                self.listening_since = None
                 log.info("settle listener reconnecting: %s", exc)
                 threading.Event().wait(1.0)
 
@@ -84,15 +140,25 @@ class SettleListener:
         conn: Any = psycopg.connect(*cargs, **ckwargs, autocommit=True)
         try:
             conn.execute(f"LISTEN {SETTLED_CHANNEL}")
+            self.listening_since = time.monotonic()
             self._listening.set()
             self._wake_all()  # anything settled while we were not listening
             for note in conn.notifies():
-                with self._lock:
-                    events = list(self._watchers.get(note.payload, ()))
-                for event in events:
-                    event.set()
+                self._heard(note.payload)
         finally:
+            self.listening_since = None
             conn.close()
+
+    def _heard(self, payload: str) -> None:
+        run_id, outcome = read_notice(payload)
+        with self._lock:
+            if outcome is not None:
+                self._recent[run_id] = outcome
+                if len(self._recent) > RECENT_KEPT:
+                    self._recent.popitem(last=False)
+            events = list(self._watchers.get(run_id, ()))
+        for event in events:
+            event.set()
 
     def _wake_all(self) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from .model import (
     RunState,
     RunStatus,
     RunView,
+    Settled,
     StepOutcome,
     StepState,
     StepStatus,
@@ -252,15 +253,59 @@ class TransactionalSteps(Protocol):
         ...
 
 
+class SettleWatch(Protocol):
+    """One waiter's registration for the settle notice of one run."""
+
+    def wait(self, timeout: float) -> None:
+        """Return when a notice for the run came (or after ``timeout`` seconds)."""
+        ...
+
+    def settled(self) -> Settled | None:
+        """How the run ended, if a notice came and carried it (else read the run)."""
+        ...
+
+    def heard_since(self, since: float) -> bool:
+        """Whether every notice sent since ``since`` (``time.monotonic()``)
+        reached this process: then a run created after it and not told
+        settled has not settled, with no need to read it."""
+        ...
+
+
+class WaitOnly:
+    """A settle watch that only waits (notices that carry nothing)."""
+
+    def __init__(self, wait: Callable[[float], None]) -> None:
+        self.wait = wait
+
+    def settled(self) -> Settled | None:
+        """Nothing carried: the waiter reads the run."""
+        return None
+
+    def heard_since(self, since: float) -> bool:
+        """Never sure: the waiter reads the run."""
+        return False
+
+
 @runtime_checkable
 class SettleNotices(Protocol):
     """A store that can tell a waiter the moment a run settles."""
 
-    def settled_listener(
-        self, run_id: str
-    ) -> AbstractContextManager[Callable[[float], None] | None]:
-        """Registered before the caller reads the run: ``wait(timeout)`` returns
-        when a pass settles it (None: no notices now; poll)."""
+    def settled_listener(self, run_id: str) -> AbstractContextManager[SettleWatch | None]:
+        """Registered before the caller reads the run: its watch wakes when a
+        pass settles it (None: no notices now; poll)."""
+        ...
+
+
+@runtime_checkable
+class RunStarts(Protocol):
+    """A store that can create a run and record its first pass in one write."""
+
+    def start_run(self, new: NewRun, decide: Decide) -> AdvanceResult | None:
+        """Create the run ``new`` (no idempotency key) and take its first pass
+        with ``decide``, in one write; None when it only created the run (the
+        caller then takes the pass with :meth:`WorkflowStore.advance`). If
+        ``decide`` raises, the run is created first, so its failure can be
+        recorded."""
         ...
 
 
@@ -269,6 +314,7 @@ class StoreCapabilities:
 
     def __init__(self, store: WorkflowStore) -> None:
         self.store = store
+        self.starts = store if isinstance(store, RunStarts) else None
         self.transient = store if isinstance(store, TransientErrors) else None
         self.transactional = store if isinstance(store, TransactionalSteps) else None
         self.settle = store if isinstance(store, SettleNotices) else None

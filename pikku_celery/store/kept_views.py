@@ -47,6 +47,27 @@ class FirstPass:
         return None
 
 
+class DatabaseClock:
+    """The database's clock as this process last read it, moved on by the
+    monotonic clock: for a write whose "now" needs no round trip of its own
+    (a new run's creation time). Trusted for FRESH_RUN_MS after a reading."""
+
+    def __init__(self) -> None:
+        self._read: tuple[int, float] | None = None
+
+    def saw(self, db_now: int) -> None:
+        """The database said it was ``db_now`` (epoch ms) just now."""
+        self._read = (db_now, time.monotonic())
+
+    def now(self) -> int | None:
+        """The database's clock now, or None without a recent reading."""
+        read = self._read
+        if read is None:
+            return None
+        elapsed = time.monotonic() - read[1]
+        return None if elapsed * 1000 > FRESH_RUN_MS else read[0] + int(elapsed * 1000)
+
+
 CLAIM_VIEWS_KEPT = 1024
 CLAIM_VIEW_MARGIN_MS = 250
 FRESH_RUN_MS = 10_000  # a new run's first pass skips its read within this long

@@ -281,6 +281,15 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Settled:
+    """How a run ended, as the notice of its settling pass told it."""
+
+    status: RunStatus
+    output: JSON = None
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
 class RunView:
     """The run as one pass sees it, read inside the pass's transaction."""
 

@@ -45,7 +45,7 @@ from ..retry import ROLLED_BACK
 from ..sql.engines import now_ms_expr
 from ..sql.runner import Runner, SQLAlchemyRunner
 from ..sql.transient import rolled_back
-from .base import Decide
+from .base import Decide, SettleWatch
 from .changes import (
     eager_claim_of,
     new_claim_id,
@@ -677,7 +677,7 @@ class SQLWorkflowStore:
         return self._advance(run_id, outcome, decide)
 
     @contextmanager
-    def settled_listener(self, run_id: str) -> Iterator[Callable[[float], None] | None]:
+    def settled_listener(self, run_id: str) -> Iterator[SettleWatch | None]:
         """None: this store sends no settle notifications (waiters poll)."""
         yield None
 

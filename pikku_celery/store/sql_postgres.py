@@ -12,29 +12,39 @@ announced with NOTIFY for ``RunHandle.wait``.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import RunNotFoundError
-from ..payload import loads
+from ..errors import RunNotFoundError, StoreError
+from ..payload import dumps, loads
 from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
-from ..sql.settle import SETTLED_CHANNEL, SettleListener
-from .base import Decide
+from ..sql.settle import SETTLED_CHANNEL, SettleListener, settle_notice
+from .base import Decide, SettleWatch
 from .changes import (
     eager_claim_of,
     prepare_outcome,
     run_after_pass,
+    run_created,
     step_created,
     step_created_claimed,
 )
-from .kept_views import FRESH_RUN_MS, ClaimView, FirstPass, Passed, PassedRuns, remember
+from .kept_views import (
+    FRESH_RUN_MS,
+    ClaimView,
+    DatabaseClock,
+    FirstPass,
+    Passed,
+    PassedRuns,
+    remember,
+)
 from .model import (
     EAGER,
     JSON,
@@ -49,7 +59,7 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rows import STEP_COLUMNS, attempt_params, run_from, step_from, step_params
+from .rows import STEP_COLUMNS, attempt_params, run_from, run_params, step_from, step_params
 from .rules import encode_decision
 from .sql import SQLWorkflowStore
 from .statements_postgres import CLAIM_VIEW_STEPS, PostgresStatements
@@ -76,6 +86,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
         # the step that pass scheduled: that step's claim then reads only the
         # run row, and takes the steps from here if the version still matches.
         self._passed = PassedRuns()
+        self._clock = DatabaseClock()
 
     def _make_statements(self) -> PostgresStatements:
         return _statements()
@@ -106,7 +117,61 @@ class PostgresWorkflowStore(SQLWorkflowStore):
             created, updated = conn.execute(st.run_insert_returning, params).one()
             return created, updated
 
+    def start_run(self, new: NewRun, decide: Decide) -> AdvanceResult | None:
+        """A new run and its first pass in one statement, when that pass
+        records one step (the usual start): "now" is the database's clock
+        as last read here (:class:`DatabaseClock`), so nothing is read first.
+        Otherwise (no recent reading, an idempotency key, another decision)
+        the run is only created, and the caller takes the pass."""
+        now = self._clock.now()
+        if now is None or new.idempotency_key is not None:
+            self.create_run(new)
+            return None
+        text = dumps(new.input, f"workflow {new.workflow!r}", "input")
+        run = run_created(new, json.loads(text), now)
+        try:
+            decision = decide(RunView(run=run, steps=[], signals={}, now=now))
+            encoded = encode_decision(run, {}, decision)
+        except BaseException:
+            self.create_run(new)  # so that the engine can record the failure
+            raise
+        if (
+            len(encoded.steps) != 1
+            or encoded.steps[0].child_input is not None
+            or decision.run_status is not None
+            or decision.redispatch
+            or decision.eager is not None
+        ):
+            self.create_run(new)
+            return None
+        passed = run_after_pass(run, decision, None, None, now)
+        [first] = encoded.steps
+        step = step_created(run, first, now)
+        params = {f"r_{k}": v for k, v in run_params(new, text).items()}
+        params.update(
+            r_created_at=now, r_updated_at=now, r_version=passed.version, r_wake_at=passed.wake_at
+        )
+        row = step_params(
+            step, encoded.steps[0].args, encoded.steps[0].kwargs, encoded.steps[0].value
+        )
+        params.update({f"n_{k}": v for k, v in row.items()})
+        try:
+            self.runner.rows(self.statements.run_start, params)
+        except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
+            self.create_run(new)
+            first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else ""
+            raise StoreError(
+                f"the database refused what the first pass of run {run.id} decided: {first_line}"
+            ) from exc
+        publish = (
+            [step] if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED else []
+        )
+        if publish:
+            self._passed.put(step.id, Passed(passed, [step], len(text)))
+        return AdvanceResult(run=passed, steps=publish, decision=decision)
+
     def _created(self, run: RunState, input_size: int) -> None:
+        self._clock.saw(run.updated_at)
         fresh = ClaimView(
             run,
             [],
@@ -146,6 +211,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
         """The claimed step; the run as the PostgreSQL claim read it is kept
         for that attempt's pass."""
         head = rows[0]
+        self._clock.saw(int(head.db_now))
         m = head._mapping
         claimed = SimpleNamespace(**{name: m["c_" + name] for name in STEP_COLUMNS})
         step = step_from(claimed)
@@ -199,19 +265,22 @@ class PostgresWorkflowStore(SQLWorkflowStore):
             return done  # a run it ended was announced by its statement
         done = self._advance(run_id, outcome, decide, first)
         if done.decision is not None and done.run.status.terminal:
-            self._notify_settled(run_id)
+            self._notify_settled(done.run)
         return done
 
     # --- waiting for a run to settle (PostgreSQL LISTEN/NOTIFY) ---------------
-    def _notify_settled(self, run_id: str) -> None:
+    def _notify_settled(self, run: RunState) -> None:
         """Tell waiting ``RunHandle.wait`` calls, once per run, after commit."""
-        params = {"channel": SETTLED_CHANNEL, "run_id": run_id}
+        output = json.dumps(run.output, separators=(",", ":"))
+        error = None if run.error is None else json.dumps(run.error, separators=(",", ":"))
+        notice = settle_notice(run.id, run.status.value, output, error)
+        params = {"channel": SETTLED_CHANNEL, "notice": notice}
         # On failure: waiters re-check the run's status at least every second.
         with suppress(sa.exc.DBAPIError):
             self.runner.rows(self.statements.notify_settled, params)
 
     @contextmanager
-    def settled_listener(self, run_id: str) -> Iterator[Callable[[float], None] | None]:
+    def settled_listener(self, run_id: str) -> Iterator[SettleWatch | None]:
         """On PostgreSQL, ``wait(timeout)`` returning when a pass settles
         ``run_id`` (registered before the caller reads its status); else None."""
         if self._settle is None:
@@ -252,6 +321,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
             head = rows[0]
             run = run_from(head, "r_")
             now, input_size = int(head.db_now), len(head.r_input or "")
+            self._clock.saw(now)
             steps = [step_from(r) for r in rows if r.id is not None]
             has_signals = bool(head.has_signals)
         if run.status.terminal:
@@ -293,6 +363,9 @@ class PostgresWorkflowStore(SQLWorkflowStore):
                 p_run_status=decision.run_status.value,
                 p_output=encoded.output,
                 p_run_error=encoded.error,
+                p_notice=settle_notice(
+                    run.id, decision.run_status.value, encoded.output, encoded.error
+                ),
             )
         publish: list[StepState] = []
         eager = None

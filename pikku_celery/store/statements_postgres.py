@@ -62,10 +62,28 @@ class PostgresStatements(Statements):
             )
             .returning(R.c.created_at, R.c.updated_at)
         )
+        # A new run and its first pass's one step, as one statement (start()).
+        started = (
+            sa.insert(R)
+            .values({c.name: sa.bindparam(f"r_{c.name}", type_=c.type) for c in R.c})
+            .returning(R.c.id)
+            .cte("started")
+        )
+        self.run_start = (
+            sa.insert(S)
+            .from_select(
+                [c.name for c in S.c],
+                sa.select(*[sa.bindparam(f"n_{c.name}", type_=c.type) for c in S.c]).where(
+                    sa.exists(sa.select(started.c.id))
+                ),
+            )
+            .returning(S.c.id)
+            .add_cte(started)
+        )
         self.notify_settled = sa.select(
             sa.func.pg_notify(
                 sa.bindparam("channel", type_=sa.String()),
-                sa.bindparam("run_id", type_=sa.String()),
+                sa.bindparam("notice", type_=sa.String()),
             )
         )
         self._pass_view(now)
@@ -291,9 +309,8 @@ class PostgresStatements(Statements):
         ]
         if ends:
             # A SELECT in a WITH runs only if read: the count reads it.
-            notified = sa.select(
-                sa.func.pg_notify(sa.literal(SETTLED_CHANNEL), passed.c.id).label("sent")
-            ).cte("notified")
+            notify = sa.func.pg_notify(sa.literal(SETTLED_CHANNEL), _p("notice"))
+            notified = sa.select(notify.label("sent")).select_from(passed).cte("notified")
             sent = sa.select(sa.func.count()).select_from(notified).scalar_subquery()
             counts.append(sent.label("notified"))
         return sa.select(*counts).add_cte(*ctes)

@@ -53,6 +53,7 @@ from ..engine.sweep import SweepReport
 from ..errors import UnknownTaskError, WorkflowTimeoutError
 from ..lease.memory import InMemoryLeaseService
 from ..names import SIGNAL_PREFIX
+from ..store.base import SettleWatch, WaitOnly
 from ..store.memory import InMemoryWorkflowStore
 from ..store.model import JSON, RunState, RunStatus, StepKind, StepState, StepStatus, uuid5_str
 from .inline import InlineDispatcher, Message
@@ -140,13 +141,13 @@ class WorkflowTestStore(InMemoryWorkflowStore):
         self._env = env
 
     @contextmanager
-    def settled_listener(self, run_id: str) -> Iterator[Callable[[float], None]]:
-        """``wait(timeout)`` runs the environment until ``run_id`` settles."""
+    def settled_listener(self, run_id: str) -> Iterator[SettleWatch]:
+        """Its ``wait(timeout)`` runs the environment until ``run_id`` settles."""
 
         def wait(_timeout: float) -> None:
             self._env.settle(run_id)
 
-        yield wait
+        yield WaitOnly(wait)
 
 
 class InlineLeaseKeeper(StepLeaseKeeper):

@@ -133,8 +133,16 @@ def build(env: Mapping[str, str]) -> realapp.TestApp:
         x = ctx.step("b", ledger_stall_first, key, x, retries=2)
         return int(ctx.step("c", add, x))
 
+    @pikku.workflow(name="e.ledger_five")
+    def ledger_five(ctx: Context, key: str) -> int:
+        x = 0
+        for i in range(5):
+            x = ctx.step(f"s{i}", ledger_add, f"{key}:{i}", x)
+        return x
+
     t.workflows.update(
         {
+            "ledger_five": ledger_five,
             "ten": ten,
             "mixed": mixed,
             "slow_chain": slow_chain,

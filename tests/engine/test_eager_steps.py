@@ -9,6 +9,7 @@ tests/celery/test_eager_workers.py.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pikku_celery.engine import Context
@@ -197,3 +198,35 @@ def test_a_redelivered_carrying_message_changes_nothing(store: WorkflowStore) ->
     h.run()
     assert dispatches(h, handle.run_id) == before
     assert handle.result() == 4
+
+
+def test_the_time_budget_ends_within_half_the_carrying_queues_lease(
+    store: WorkflowStore,
+) -> None:
+    """The carrying message stays unacknowledged while its eager steps run:
+    on a queue whose lease (its redelivery horizon) is 1 s, a message hands
+    its run back within 0.5 s, whatever eager_max_seconds says."""
+    short = make_harness(store, dispatcher=InlineDispatcher(eager=True, lease_ms=1000))
+    long = make_harness(store, dispatcher=InlineDispatcher(eager=True, lease_ms=60_000))
+    for h in (short, long):
+
+        @h.task
+        def work(x: int) -> int:
+            time.sleep(0.2)  # the work itself
+            return x + 1
+
+        @h.workflow(name="slow")
+        def slow(ctx: Context) -> int:
+            x = 0
+            for i in range(6):
+                x = ctx.step(f"s{i}", work, x)
+            return x
+
+    hops = {}
+    for label, h in (("short", short), ("long", long)):
+        handle = h.engine.start("slow")
+        h.run(timeout=30)
+        assert handle.result() == 6
+        hops[label] = [d for _, _, d in dispatches(h, handle.run_id)].count(BROKER)
+    assert hops["long"] == 1
+    assert hops["short"] >= 2

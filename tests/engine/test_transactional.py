@@ -163,3 +163,34 @@ def test_a_transactional_step_needs_a_sql_store() -> None:
 def test_step_connection_outside_a_transactional_step_is_a_clear_error() -> None:
     with pytest.raises(PikkuError, match="only available inside a task marked"):
         step_connection()
+
+
+@pytest.mark.parametrize("sql_store", ["postgres"], indirect=True)
+def test_a_transaction_the_database_lost_is_taken_again_not_failed(
+    sql_store: SQLWorkflowStore,
+) -> None:
+    """The step's connection dies mid-transaction (as in a database restart):
+    nothing of it committed, so the attempt takes it again, body and all,
+    rather than recording the lost connection as the step's failure."""
+    h = _harness(sql_store)
+
+    @h.task
+    @transactional
+    def book(run_id: str) -> str:
+        n = h.count("book")
+        conn = step_connection()
+        conn.execute(ledger.insert().values(run_id=run_id, call=n))
+        if n == 1:
+            conn.execute(sa.text("SELECT pg_terminate_backend(pg_backend_pid())"))
+        return "booked"
+
+    @h.workflow
+    def wf(ctx: Context) -> Any:
+        return ctx.step("book", book, ctx.run_id)  # no retries: a failure would end the run
+
+    run = wf.start()
+    h.run()
+    assert run.wait(timeout=10) == "booked"
+    assert _rows(sql_store, run.run_id) == [2]  # the lost transaction's row never committed
+    (hist,) = run.steps()
+    assert [a.status for a in hist.attempts] == [AttemptStatus.SUCCEEDED]

@@ -33,7 +33,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from pikku_celery.sql.settle import SETTLED_CHANNEL
+from pikku_celery.sql.settle import SETTLED_CHANNEL, read_notice
 from pikku_celery.store import (
     Decision,
     NewRun,
@@ -42,6 +42,7 @@ from pikku_celery.store import (
     RunView,
     StepStatus,
 )
+from pikku_celery.store.model import Settled
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.store.statements_postgres import CLAIM_VIEW_STEPS
 from tests.store.conftest import one_connection_store
@@ -345,22 +346,23 @@ def test_claim_after_own_pass_in_a_big_run_takes_the_remembered_steps(
 
 
 @contextmanager
-def settle_notes(url: sa.URL) -> Iterator[Callable[[], list[str]]]:
+def settle_notes(url: sa.URL) -> Iterator[Callable[[], list[tuple[str, Settled | None]]]]:
     """A LISTEN on the settle channel; the callable returns every run id
-    announced so far, read up to a marker this test sends (notifications
-    come in commit order, so all earlier ones are in)."""
+    announced so far with the outcome its notice carried, read up to a
+    marker this test sends (notifications come in commit order, so all
+    earlier ones are in)."""
     with psycopg.connect(url.set(drivername="postgresql").render_as_string(False)) as conn:
         conn.autocommit = True
         conn.execute(f"LISTEN {SETTLED_CHANNEL}")
 
-        def read() -> list[str]:
+        def read() -> list[tuple[str, Settled | None]]:
             marker = f"marker-{uuid.uuid4()}"
             conn.execute("SELECT pg_notify(%s, %s)", (SETTLED_CHANNEL, marker))
-            seen: list[str] = []
+            seen: list[tuple[str, Settled | None]] = []
             for note in conn.notifies(timeout=10):
                 if note.payload == marker:
                     return seen
-                seen.append(note.payload)
+                seen.append(read_notice(note.payload))
             raise AssertionError("the marker never came back")
 
         yield read
@@ -382,7 +384,8 @@ def test_a_pass_ending_the_run_announces_it_in_its_own_round_trip(
         result, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got), end_run))
         assert round_trips(wire) == 1
         assert result.run.status == RunStatus.COMPLETED == current(store, run.id).status
-        assert notes() == [run.id]  # once
+        # once, with the outcome: a waiter needs no read
+        assert notes() == [(run.id, Settled(RunStatus.COMPLETED, 1, None))]
 
 
 def test_a_locked_pass_ending_the_run_announces_it_once(
@@ -394,7 +397,7 @@ def test_a_locked_pass_ending_the_run_announces_it_once(
         # A pass with no outcome, not by the creating thread: the locked pass.
         result = other.advance(run.id, None, end_run)
         assert result.run.status == RunStatus.COMPLETED
-        assert notes() == [run.id]
+        assert notes() == [(run.id, Settled(RunStatus.COMPLETED, 2, None))]
 
 
 def test_a_pass_that_misses_announces_nothing(
@@ -409,4 +412,4 @@ def test_a_pass_that_misses_announces_nothing(
     with settle_notes(store_pg_engine.url) as notes:
         result = store.advance(run.id, ok(got), end_run)
         assert result.run.status == RunStatus.COMPLETED
-        assert notes() == [run.id]
+        assert notes() == [(run.id, Settled(RunStatus.COMPLETED, 1, None))]
