@@ -15,8 +15,9 @@ from ..errors import (
 )
 from ..payload import check_json
 from ..retry import RetryPolicy
-from ..store.model import JSON, AdvanceResult, StepOutcome, StepState, StepStatus
+from ..store.model import BROKER, JSON, AdvanceResult, StepOutcome, StepState, StepStatus
 from ..store.rules import LEASE_BOUND_FACTOR, lease_lapsed
+from .observe import Carrier
 from .orchestrate import advance
 from .replay import error_info
 from .transactional import is_transactional, run_with_connection
@@ -52,15 +53,18 @@ def execute_step(
     task_name: str,
     body: StepBody,
     queue: str | None = None,
+    trace: Carrier | None = None,
 ) -> StepOutcome | None:
     """Run one attempt of a step if this message wins the claim.
 
     Returns the outcome written, or None when the message had nothing to do
     (someone else owns the step, it is settled, or it was superseded).
+    ``trace`` is the trace context the message carried, for the observers.
     """
     lease_ms = engine.dispatcher.lease_ms(queue)
     if lease_ms < SHORT_LEASE_MS:
         engine.warn_short_lease(queue, lease_ms)
+    claimed_ns = time.time_ns()
     try:
         step = engine.store.claim_step(
             step_id, task_name, engine.worker_id, lease_ms, run_id=run_id
@@ -73,25 +77,31 @@ def execute_step(
         return None
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id)
     began = time.monotonic()
-    try:
+    with engine.observers.attempt(step, BROKER, claimed_ns, trace) as watch:
         try:
-            if _wants_transaction(body, step):
-                outcome, committed = _run_in_transaction(engine, step, body)
-            else:
-                outcome, committed = _run_body(step, body), False
-        except WorkflowStepSupersededError as exc:
-            log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
-            engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
+            try:
+                if _wants_transaction(body, step):
+                    outcome, committed = _run_in_transaction(engine, step, body)
+                else:
+                    outcome, committed = _run_body(step, body), False
+            except WorkflowStepSupersededError as exc:
+                log.warning(
+                    "refused a superseded transactional step; its writes rolled back: %s", exc
+                )
+                engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
+                watch.refused()
+                return None
+            ran = time.monotonic() - began
+            # The lease is still renewed while the outcome is written, so a store
+            # that is briefly away (a restart) does not cost the attempt.
+            # A committed transactional step is already recorded: the pass only advances.
+            done = _advance_retrying(engine, run_id, None if committed else outcome)
+        finally:
+            engine.keeper.drop(holding)
+        if done is None:
+            watch.refused()
             return None
-        ran = time.monotonic() - began
-        # The lease is still renewed while the outcome is written, so a store
-        # that is briefly away (a restart) does not cost the attempt.
-        # A committed transactional step is already recorded: the pass only advances.
-        done = _advance_retrying(engine, run_id, None if committed else outcome)
-    finally:
-        engine.keeper.drop(holding)
-    if done is None:
-        return None
+        watch.recorded(outcome)
     engine.observers.step_attempted(step, outcome, ran)
     return outcome
 
