@@ -107,6 +107,8 @@ run_table = sa.Table(
     # list_runs, newest first
     sa.Index("ix_pikku_run_created", "created_at"),
     sa.Index("ix_pikku_run_parent", "parent_run_id"),
+    # runs_with_key (the run page's search by idempotency key), newest first
+    sa.Index("ix_pikku_run_key_created", "idempotency_key", "created_at"),
 )
 
 step_table = sa.Table(

@@ -287,8 +287,8 @@ class Statements:
         self.signals_of_run = sa.select(G.c.name, G.c.payload).where(G.c.run_id == _p("id"))
         # For people (the run page, the command line), not the hot path.
         self.signals_in_order = self.signals_of_run.order_by(G.c.created_at, G.c.name)
-        # No index leads with the key (the unique one is (workflow, key)): a
-        # person's search, bounded by the limit.
+        # A person's search, bounded by the limit: ix_pikku_run_key_created
+        # (the unique index leads with the workflow).
         self.runs_with_key = (
             sa.select(R)
             .where(R.c.idempotency_key == _p("key"))
