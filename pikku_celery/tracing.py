@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -84,7 +85,15 @@ class TracingObserver(EngineObserver):
         self, engine: WorkflowEngine, tracer_provider: trace.TracerProvider | None = None
     ) -> None:
         self._engine = engine
+        self._provider = tracer_provider
         self._tracer = trace.get_tracer("pikku_celery", __version__, tracer_provider)
+
+    def _live(self) -> bool:
+        """Whether a real tracer provider is there (the global one may be set
+        later). Without one every scope is skipped: no span could be
+        recorded, and no context is worth carrying or looking up."""
+        provider = self._provider or trace.get_tracer_provider()
+        return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
     # --- runs ----------------------------------------------------------------
     @contextmanager
@@ -98,14 +107,14 @@ class TracingObserver(EngineObserver):
 
     def starting(self, workflow: str) -> AbstractContextManager[RunStart]:
         """The run span: stored with the run, current for its first pass."""
-        return self._starting(workflow)
+        return self._starting(workflow) if self._live() else super().starting(workflow)
 
     # --- attempts ------------------------------------------------------------
     @contextmanager
     def _attempt(
         self, step: StepState, dispatch: str, claimed_ns: int, carried: Carrier | None
     ) -> Iterator[AttemptWatch]:
-        run_context, workflow = self._context_of(step.run_id, carried)
+        known, workflow = self._context_of(step.run_id, carried)
         attributes: dict[str, str | int] = {
             RUN_ID: step.run_id,
             STEP: step.name,
@@ -120,14 +129,14 @@ class TracingObserver(EngineObserver):
             attributes[DESTINATION] = attributes[DESTINATION_NAME] = step.queue
         span = self._tracer.start_span(
             f"pikku.attempt {step.task_name or step.name}",
-            context=_parent(run_context),
+            context=known.context if known else None,  # None: the current context
             attributes=attributes,
             start_time=claimed_ns,
         )
         # With no run context known, the attempt's own span is what its messages carry.
         with (
             trace.use_span(span, end_on_exit=True),
-            _run_trace(run_context or _current_carrier(workflow)),
+            _run_trace(known.carrier if known else _current_carrier(workflow)),
         ):
             yield _Watch(span)
 
@@ -135,18 +144,20 @@ class TracingObserver(EngineObserver):
         self, step: StepState, dispatch: str, claimed_ns: int, trace: Carrier | None
     ) -> AbstractContextManager[AttemptWatch]:
         """The attempt span, a child of its run's span, from the claim on."""
+        if not self._live():
+            return super().attempt(step, dispatch, claimed_ns, trace)
         return self._attempt(step, dispatch, claimed_ns, trace)
 
     # --- passes --------------------------------------------------------------
     @contextmanager
     def _passing(self, run: RunState, reason: str, carried: Carrier | None) -> Iterator[None]:
-        run_context = _valid(carried) or self._stored(run)
+        known = _valid(carried) or self._stored(run)
         with self._tracer.start_as_current_span(
             f"pikku.pass {run.workflow}",
-            context=_parent(run_context),
+            context=known.context if known else None,
             attributes={RUN_ID: run.id, WORKFLOW: run.workflow, "pikku.reason": reason},
         ):
-            own = {**run_context, WORKFLOW_KEY: run.workflow} if run_context else None
+            own = {**known.carrier, WORKFLOW_KEY: run.workflow} if known else None
             with _run_trace(own or _current_carrier(run.workflow)):
                 yield
 
@@ -154,6 +165,8 @@ class TracingObserver(EngineObserver):
         self, run: RunState, reason: str, trace: Carrier | None
     ) -> AbstractContextManager[None]:
         """The pass span, a child of its run's span."""
+        if not self._live():
+            return super().passing(run, reason, trace)
         return self._passing(run, reason, trace)
 
     # --- sweeps --------------------------------------------------------------
@@ -169,7 +182,7 @@ class TracingObserver(EngineObserver):
 
     def sweeping(self) -> AbstractContextManager[None]:
         """The sweep span, a trace of its own."""
-        return self._sweeping()
+        return self._sweeping() if self._live() else super().sweeping()
 
     def swept(self, report: SweepReport) -> None:
         """What the sweep woke, on its span."""
@@ -181,17 +194,17 @@ class TracingObserver(EngineObserver):
         span.set_attribute("pikku.sweep.skipped", report.skipped)
 
     # --- where a run's context comes from ------------------------------------
-    def _context_of(self, run_id: str, carried: Carrier | None) -> tuple[Carrier | None, str]:
-        """The run's carrier and workflow: from the message, else from the store."""
+    def _context_of(self, run_id: str, carried: Carrier | None) -> tuple[_Known | None, str]:
+        """The run's context and workflow: from the message, else from the store."""
         found = _valid(carried)
         if found is not None:
-            return found, found.get(WORKFLOW_KEY, "")
+            return found, found.carrier.get(WORKFLOW_KEY, "")
         run = self._engine.store.get_run(run_id)
         if run is None:
             return None, ""
         return self._stored(run), run.workflow
 
-    def _stored(self, run: RunState) -> Carrier | None:
+    def _stored(self, run: RunState) -> _Known | None:
         """The context stored with the run, or with its parent (a child run has none)."""
         found = _valid(run.trace_context)
         if found is None and run.parent_run_id is not None:
@@ -257,14 +270,19 @@ def _current_carrier(workflow: str) -> Carrier | None:
     return carrier
 
 
-def _valid(carrier: Carrier | None) -> Carrier | None:
-    """``carrier`` if it holds a valid trace context (a header is anyone's input)."""
+@dataclass(frozen=True)
+class _Known:
+    """A run's trace context, as text and as the context its spans join."""
+
+    carrier: Carrier
+    context: OtelContext
+
+
+def _valid(carrier: Carrier | None) -> _Known | None:
+    """``carrier``'s context if it is a valid one (a header is anyone's input)."""
     if not carrier:
         return None
     context = _W3C.extract(carrier)
-    return carrier if trace.get_current_span(context).get_span_context().is_valid else None
-
-
-def _parent(carrier: Carrier | None) -> OtelContext | None:
-    """The context a span joins: the run's, or (none known) the current one."""
-    return _W3C.extract(carrier) if carrier else None
+    if not trace.get_current_span(context).get_span_context().is_valid:
+        return None
+    return _Known(carrier, context)
