@@ -7,10 +7,14 @@ context) is still traced in the run's trace.
 
 from __future__ import annotations
 
+from typing import Any
+
 from opentelemetry import trace
 
 from pikku_celery import Context
-from pikku_celery.store import WorkflowStore
+from pikku_celery.errors import WorkflowStepSupersededError
+from pikku_celery.store import InMemoryWorkflowStore, StepOutcome, WorkflowStore
+from pikku_celery.store.model import AdvanceResult
 from pikku_celery.testing import make_engine
 from pikku_celery.tracing import TracingObserver
 from tests.tracing.support import check_run_trace, finished, memory_tracing, named
@@ -150,3 +154,33 @@ def test_without_an_sdk_no_span_is_made_and_no_context_stored(store: WorkflowSto
     stored = store.get_run(run.run_id)
     assert stored is not None and stored.trace_context is None
     assert all(msg.trace is None for msg in dispatcher.sent)
+
+
+class TakenOverStore(InMemoryWorkflowStore):
+    """A store on which every attempt's outcome comes too late: another
+    claim has taken the step over meanwhile, so the fenced write is refused."""
+
+    def advance(self, run_id: str, outcome: StepOutcome | None, decide: Any) -> AdvanceResult:
+        if outcome is not None:
+            raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
+        return super().advance(run_id, outcome, decide)
+
+
+def test_an_attempt_whose_write_is_refused_says_so() -> None:
+    provider, exporter = memory_tracing()
+    engine, dispatcher = make_engine(TakenOverStore())
+    engine.observers.add(TracingObserver(engine, provider))
+
+    @dispatcher.task(name="tr.late")
+    def late() -> str:
+        return "too late"
+
+    @engine.workflow(name="tr.refused")
+    def refused(ctx: Context) -> str:
+        return str(ctx.step("late", late))
+
+    refused.start()
+    dispatcher.run_until_idle()
+    [attempt] = named(finished(exporter), "pikku.attempt")
+    assert attempt.attributes["pikku.outcome"] == "refused"
+    assert attempt.attributes["pikku.step"] == "late"
