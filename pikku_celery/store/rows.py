@@ -110,6 +110,8 @@ def attempt_from(row: Any) -> AttemptState:
         finished_at=row.finished_at,
         claim_id=row.claim_id,
         dispatch=row.dispatch,
+        renewals=row.renewals,
+        renewed_at=row.renewed_at,
     )
 
 

@@ -383,10 +383,20 @@ class Statements:
             _claim_matches(),
             sa.or_(S.c.lease_expires_at.is_(None), S.c.lease_expires_at > now),
         )
+        self.renewable = renewable
         self.renew = (
             sa.update(S)
             .where(*renewable)
             .values(lease_expires_at=now + _p("lease_ms", sa.BigInteger()), updated_at=now)
+        )
+        # The renewal counted on its attempt row (the run page's timeline).
+        # Where one statement can write both rows (PostgreSQL, MySQL) the
+        # dialect's renewal does; SQLite runs this after ``renew``, in its
+        # transaction.
+        self.renew_counted = (
+            sa.update(A)
+            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .values(renewals=A.c.renewals + 1, renewed_at=now)
         )
         self.park = (
             sa.update(S).where(*renewable).values(lease_expires_at=sa.null(), updated_at=now)
