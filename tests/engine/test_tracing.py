@@ -184,3 +184,47 @@ def test_an_attempt_whose_write_is_refused_says_so() -> None:
     [attempt] = named(finished(exporter), "pikku.attempt")
     assert attempt.attributes["pikku.outcome"] == "refused"
     assert attempt.attributes["pikku.step"] == "late"
+
+
+def test_a_child_run_s_spans_join_its_parent_s_trace_even_re_sent(store: WorkflowStore) -> None:
+    provider, exporter = memory_tracing()
+    engine, dispatcher = make_engine(store, message_grace=0.0)
+    engine.observers.add(TracingObserver(engine, provider))
+
+    @dispatcher.task(name="tr.leaf")
+    def leaf(n: int) -> int:
+        return n * 10
+
+    @engine.workflow(name="tr.child")
+    def child(ctx: Context, n: int) -> int:
+        return int(ctx.step("leaf", leaf, n))
+
+    @engine.workflow(name="tr.parent")
+    def parent(ctx: Context) -> int:
+        return int(ctx.child("kid", child, 4)) + 1
+
+    dropped: list[object] = []
+
+    def lose_the_leaf(msg: Any) -> bool:  # the sweep re-sends it, with no context
+        if msg.task_name == "tr.leaf" and not dropped:
+            dropped.append(msg)
+            return True
+        return False
+
+    dispatcher.drop = lose_the_leaf
+    run = parent.start()
+    dispatcher.run_until_idle()
+    assert dropped and engine.sweep().resent == 1
+    dispatcher.run_until_idle()
+    assert run.result() == 41
+    spans = finished(exporter)
+    [root] = named(spans, "pikku.run tr.parent")
+    [sweep] = named(spans, "pikku.sweep")  # a trace of its own
+    assert {s.trace_id for s in spans if s != sweep} == {root.trace_id}
+    [attempt] = named(spans, "pikku.attempt")
+    assert attempt.attributes["pikku.workflow"] == "tr.child"
+    assert attempt.parent_id == root.span_id
+    child_passes = [
+        s for s in named(spans, "pikku.pass") if s.attributes["pikku.workflow"] == "tr.child"
+    ]
+    assert child_passes and all(p.parent_id == root.span_id for p in child_passes)
