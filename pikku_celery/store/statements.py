@@ -392,11 +392,15 @@ class Statements:
         # The renewal counted on its attempt row (the run page's timeline).
         # Where one statement can write both rows (PostgreSQL, MySQL) the
         # dialect's renewal does; SQLite runs this after ``renew``, in its
-        # transaction.
+        # transaction, with the time ``renew`` wrote (a second clock read
+        # could fall in the next millisecond).
         self.renew_counted = (
             sa.update(A)
             .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
-            .values(renewals=A.c.renewals + 1, renewed_at=now)
+            .values(
+                renewals=A.c.renewals + 1,
+                renewed_at=sa.select(S.c.updated_at).where(S.c.id == _p("id")).scalar_subquery(),
+            )
         )
         self.park = (
             sa.update(S).where(*renewable).values(lease_expires_at=sa.null(), updated_at=now)
