@@ -61,7 +61,8 @@ class PrometheusObserver(EngineObserver):
 
     def step_attempted(self, step: StepState, outcome: StepOutcome, run_seconds: float) -> None:
         """Count the outcome; observe the body's run time and the step's wait."""
-        kind = "succeeded" if outcome.ok else "retrying" if outcome.retry_delay else "failed"
+        retrying = outcome.retry_delay is not None  # a delay of 0 is a retry too
+        kind = "succeeded" if outcome.ok else "retrying" if retrying else "failed"
         self.outcomes.labels(kind).inc()
         self.run_seconds.labels(step.task_name or "").observe(run_seconds)
         if step.scheduled_at is not None and step.updated_at >= step.scheduled_at:

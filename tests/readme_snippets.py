@@ -52,6 +52,7 @@ BLOCKS = {
     "run_page_flask": "run_page=True",
     "run_page_django": 'include("pikku_celery.contrib.django.urls")',
     "testing": "workflow_test_env(",
+    "tracing": "tracing=True)",
 }
 
 Namespace = dict[str, Any]
@@ -397,6 +398,65 @@ def scenario_run_page_django(blocks: dict[str, str], scratch: Path) -> dict[str,
     }
 
 
+def scenario_tracing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The tracing block on a Celery app of its own (its ``Pikku`` is the
+    section's), spans kept in memory instead of printed; a two-step run on
+    an in-process worker with Celery's instrumentation on."""
+    from celery import Celery
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    app = Celery("readme_traced", broker="memory://", set_as_current=False)
+    app.conf.broker_transport_options = {"polling_interval": 0.01}
+    namespace: Namespace = {"__name__": "readme_tracing", "app": app, "README_SPANS": spans}
+    source = substitute(
+        blocks["tracing"],
+        {
+            "BatchSpanProcessor(ConsoleSpanExporter())": "SimpleSpanProcessor(README_SPANS)",
+            "from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter": (
+                "from opentelemetry.sdk.trace.export import SimpleSpanProcessor"
+            ),
+            '"postgresql+psycopg://127.0.0.1/shop"': f'"sqlite:///{scratch / "traced.db"}"',
+        },
+    )
+    run_block(source, "tracing", namespace)
+    pikku = namespace["pikku"]
+
+    @app.task(name="readme.traced.echo", shared=False)
+    def echo(n: int) -> int:
+        return n
+
+    @pikku.workflow(name="readme.traced")
+    def traced(ctx: Any) -> list[Any]:
+        return [ctx.step("one", echo, 1), ctx.step("two", echo, 2)]
+
+    from celery.contrib.testing.worker import start_worker
+
+    with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
+        run = traced.start()
+        output = run.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the last attempt's span ends after its outcome
+            if sum(s.name.startswith("pikku.attempt") for s in spans.get_finished_spans()) >= 2:
+                break
+            time.sleep(0.05)
+    finished = spans.get_finished_spans()
+    return {
+        "output": output,
+        "run_id": run.run_id,
+        "spans": [
+            {
+                "name": s.name,
+                "trace_id": f"{s.context.trace_id:032x}" if s.context else "",
+                "span_id": f"{s.context.span_id:016x}" if s.context else "",
+                "parent_id": f"{s.parent.span_id:016x}" if s.parent else None,
+                "attributes": dict(s.attributes or {}),
+            }
+            for s in finished
+        ],
+    }
+
+
 PLUGIN = "pikku_celery.testing.pytest_plugin"
 
 
@@ -444,6 +504,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "run_page_flask": scenario_run_page_flask,
     "run_page_django": scenario_run_page_django,
     "testing": scenario_testing,
+    "tracing": scenario_tracing,
 }
 
 

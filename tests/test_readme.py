@@ -133,3 +133,18 @@ def test_the_testing_section_runs_under_pytest(tmp_path: Path) -> None:
     assert report["returncode"] == 0, report["output"]
     assert "2 passed" in report["output"]
     assert report["seconds"] < 30
+
+
+def test_the_tracing_snippet_makes_one_trace_per_run(tmp_path: Path) -> None:
+    report = run_scenario("tracing", tmp_path)
+    assert report["output"] == [1, 2]
+    spans = report["spans"]
+    [run] = [s for s in spans if s["name"] == "pikku.run readme.traced"]
+    attempts = [s for s in spans if s["name"] == "pikku.attempt readme.traced.echo"]
+    assert sorted(a["attributes"]["pikku.step"] for a in attempts) == ["one", "two"]
+    assert all(a["parent_id"] == run["span_id"] for a in attempts)
+    assert run["attributes"]["pikku.run_id"] == report["run_id"]
+    # Celery's instrumentation, switched on by the snippet, lands in the same trace.
+    celery_spans = [s for s in spans if s["name"].startswith(("run/", "apply_async/"))]
+    assert celery_spans
+    assert {s["trace_id"] for s in spans} == {run["trace_id"]}

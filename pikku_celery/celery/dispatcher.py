@@ -8,9 +8,11 @@ from typing import Any
 
 from celery import Celery
 
+from ..engine.observe import run_trace
 from ..errors import UnknownTaskError
 from ..store.model import StepState
 from .inprocess import InProcessDelivery
+from .messages import TRACE_HEADER
 from .queues import QueueLeases
 from .routes import ROUTING_OPTIONS, routed_queue
 from .step_body import CeleryStepBody
@@ -163,6 +165,9 @@ class CeleryDispatcher:
         countdown: float,
         options: dict[str, Any],
     ) -> None:
+        carrier = run_trace.get()
+        if carrier is not None:  # tracing on: the message joins its run's trace
+            options = {**options, "headers": {TRACE_HEADER: carrier}}
         if self.app.conf.task_always_eager:
             self.in_process.deliver(name, args, countdown, {**options, "queue": queue})
             return

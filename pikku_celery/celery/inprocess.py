@@ -66,6 +66,7 @@ class InProcessDelivery:
         result = task.apply(
             args=args,
             task_id=str(uuid.uuid4()),
+            headers=options.get("headers"),
             **{k: v for k, v in options.items() if k in ROUTING_OPTIONS},
         )
         if result.failed():

@@ -33,7 +33,7 @@ from .dispatcher import (
     CeleryDispatcher,
     rate_limited_run_step,
 )
-from .messages import InvalidMessageError, orchestrate_message, step_message
+from .messages import InvalidMessageError, message_trace, orchestrate_message, step_message
 from .queues import QueueLease, QueueLeases
 from .step_body import CeleryStepBody
 
@@ -68,6 +68,7 @@ class Pikku(WorkflowEngine):
         upgrade_command: str | None = None,
         durable_claims: bool = False,
         metrics: bool = False,
+        tracing: bool = False,
         **options: Any,
     ) -> None:
         if store is None and engine is None and database_url is None:
@@ -107,6 +108,10 @@ class Pikku(WorkflowEngine):
             from ..prometheus import PrometheusObserver  # prometheus_client: the web extra
 
             self.observers.add(PrometheusObserver())
+        if tracing:
+            from ..tracing import TracingObserver  # opentelemetry-api: the otel extra
+
+            self.observers.add(TracingObserver(self))
         _warn_unsafe_serializers(app)
         self._register_tasks()
         if install_beat:
@@ -139,7 +144,7 @@ class Pikku(WorkflowEngine):
             """One orchestration pass of the run (a wake-up)."""
             try:
                 run_id, reason = orchestrate_message(args, kwargs)
-                pikku.orchestrate(run_id, reason)
+                pikku.orchestrate(run_id, reason, trace=message_trace(orchestrate.request))
             except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
                 log.error("refused an orchestrate message %r %r: %s", args, kwargs, exc)
 
@@ -165,7 +170,8 @@ class Pikku(WorkflowEngine):
                     pikku.refuse_unknown_task(step_id, task_name)
                     return
                 body = CeleryStepBody(app, self.request)
-                pikku.execute_step(run_id, step_id, task_name, body, queue)
+                trace = message_trace(self.request)
+                pikku.execute_step(run_id, step_id, task_name, body, queue, trace=trace)
             except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
                 log.error("refused a step message %r %r: %s", args, kwargs, exc)
 

@@ -14,6 +14,12 @@ from typing import Any
 from ..errors import PikkuError
 
 STEP_FIELDS = ("run_id", "step_id", "attempt", "task_name", "queue")
+TRACE_HEADER = "pikku_trace"
+"""The message header holding the trace context of the message's run (a
+carrier: text keys and values). Its own name, so it never meets the
+``traceparent`` header a Celery instrumentation writes for its own spans."""
+MAX_TRACE_FIELDS = 8
+MAX_TRACE_TEXT = 1024
 ORCHESTRATE_FIELDS = ("run_id", "reason")
 
 
@@ -67,3 +73,24 @@ def orchestrate_message(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
     """``(run_id, reason)`` of a ``pikku.orchestrate`` message."""
     bound = _bind(args, kwargs, ORCHESTRATE_FIELDS, required=1)
     return _text(bound["run_id"], "run_id"), _text(bound.get("reason", ""), "reason")
+
+
+def message_trace(request: Any) -> dict[str, str] | None:
+    """The trace context a pikku message carried, or None when it carried none
+    or a malformed one (a header is anyone's input: ignored, never an error).
+
+    A worker's request has the message's headers as attributes; a request
+    made by ``Task.apply`` (``task_always_eager``) keeps them in ``headers``.
+    """
+    found = getattr(request, TRACE_HEADER, None)
+    if found is None:
+        headers = getattr(request, "headers", None)
+        found = headers.get(TRACE_HEADER) if isinstance(headers, dict) else None
+    if not isinstance(found, dict) or not 0 < len(found) <= MAX_TRACE_FIELDS:
+        return None
+    for key, value in found.items():
+        if not (isinstance(key, str) and isinstance(value, str)):
+            return None
+        if len(key) > MAX_TRACE_TEXT or len(value) > MAX_TRACE_TEXT:
+            return None
+    return dict(found)

@@ -278,6 +278,7 @@ def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
     table.add_column("status", no_wrap=True)
     table.add_column("worker", no_wrap=True)
     table.add_column("dispatch", no_wrap=True)
+    table.add_column("renewals", justify="right", no_wrap=True)
     table.add_column("started (UTC)", no_wrap=True)
     table.add_column("duration", justify="right", no_wrap=True)
     table.add_column("error")
@@ -291,6 +292,7 @@ def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
                 status_cell(attempt.status.value),
                 styled(attempt.worker),
                 styled(attempt.dispatch),
+                styled(str(attempt.renewals)),
                 styled(clock(attempt.started_at)),
                 styled(human_seconds(duration) + (" so far" if running else "")),
                 styled(error_text(attempt.error), "red"),

@@ -5,9 +5,10 @@ permission hook it binds only to loopback (``--allow-remote`` overrides)
 and is read-only (``--allow-actions`` lets the page cancel, retry and
 signal). With ``--permission MODULE:ATTR`` the hook ``permission(action,
 target) -> bool`` decides every read and action (see
-:mod:`pikku_celery.web.permissions`). Actions send the run's wake-up
-through the app's Celery app, so ``-A`` is needed even with
-``--database-url`` (which then names the store the page shows).
+:mod:`pikku_celery.web.permissions`). ``--database-url`` names the store
+the page shows; without ``-A`` the page is read-only whatever the hook
+says, since actions send the run's wake-up through the app's Celery app
+(see :mod:`pikku_celery.web.readonly`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import click
 
+from ..engine.core import WorkflowEngine
 from .common import ServiceError, database_url_option, friendly_errors, state
 
 DEFAULT_PORT = 5555
@@ -110,6 +112,7 @@ def web(
         raise click.ClickException(
             f"the run page needs Flask and waitress ({exc}): pip install 'pikku-celery[web]'"
         ) from None
+    from ..web.readonly import WHY, read_only_engine, reads_only
     from ..web.serve import Exposure, HostGuard, RemoteBindError, make_server
 
     if permission_spec and allow_actions:
@@ -125,7 +128,17 @@ def web(
     permission = (
         load_permission(permission_spec) if permission_spec else loopback_permission(allow_actions)
     )
-    pikku = state().workflows("the page's actions send the run's wake-up through your Celery app")
+    cli = state()
+    pikku: WorkflowEngine
+    if cli.database_url and not cli.has_app:
+        if allow_actions:
+            raise click.UsageError(
+                "--allow-actions needs -A: the page's actions send the run's wake-up "
+                "through your Celery app"
+            )
+        pikku, permission = read_only_engine(cli.store()), reads_only(permission)
+    else:
+        pikku = cli.workflows("the page's actions send the run's wake-up through your Celery app")
     app: Any = create_app(pikku, permission)
     if exposure.guard_hosts:
         app = HostGuard(app)
@@ -136,4 +149,6 @@ def web(
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving the run page on http://{shown}:{server.port}/")
     click.echo(exposure.describe())
+    if not cli.has_app:
+        click.echo(f"read-only: {WHY}")
     server.serve_until_interrupted()

@@ -5,16 +5,18 @@ from .core import WorkflowEngine, parse_run_id
 from .dispatcher import Dispatcher
 from .execute import RetryStep, call_with
 from .handle import RunHandle, StepHistory
-from .observe import EngineObserver
+from .observe import AttemptWatch, EngineObserver, RunStart, run_trace
 from .sweep import SweepReport
 from .workflow import Workflow, WorkflowRegistry
 
 __all__ = [
+    "AttemptWatch",
     "Context",
     "Dispatcher",
     "EngineObserver",
     "RetryStep",
     "RunHandle",
+    "RunStart",
     "StepHandle",
     "StepHistory",
     "SweepReport",
@@ -23,4 +25,5 @@ __all__ = [
     "WorkflowRegistry",
     "call_with",
     "parse_run_id",
+    "run_trace",
 ]

@@ -17,6 +17,7 @@ from ..lease.base import LeaseService
 from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
 from ..store.base import StoreCapabilities, WorkflowStore
+from ..store.changes import run_created
 from ..store.model import JSON, NewRun, RunState
 from .dispatcher import Dispatcher
 from .eager import EAGER_MAX_SECONDS, EAGER_MAX_STEPS, EagerBudget
@@ -24,7 +25,7 @@ from .execute import StepBody, execute_step
 from .handle import RunHandle
 from .keeper import StepLeaseKeeper
 from .limits import Limits
-from .observe import Observers
+from .observe import Carrier, Observers
 from .orchestrate import advance, orchestrate
 from .sweep import SweepReport, sweep
 from .workflow import Workflow, WorkflowDecorator, WorkflowFunction, WorkflowRegistry
@@ -234,16 +235,24 @@ class WorkflowEngine:
         if idempotency_key is not None:
             check_name(idempotency_key, "idempotency_key")
         text = dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
-        new = NewRun(workflow=wf.name, input=input, idempotency_key=idempotency_key)
-        if idempotency_key is None:
-            # Created by its first pass: in one write where the store can.
-            began = time.monotonic()
-            advance(self, new.id, None, reason="start", start=new)
-            return RunHandle(self, new.id, started_at=began)
-        run, created = self.store.create_run(new)
-        if created:
-            advance(self, run.id, None, reason="start")
-        elif idempotency_key is not None and run.input != json.loads(text):
+        with self.observers.starting(wf.name) as starting:
+            new = NewRun(
+                workflow=wf.name,
+                input=input,
+                idempotency_key=idempotency_key,
+                trace_context=starting.trace_context,
+            )
+            if idempotency_key is None:
+                # Created by its first pass: in one write where the store can.
+                began = time.monotonic()
+                starting.created(run_created(new, input, 0), True)
+                advance(self, new.id, None, reason="start", start=new)
+                return RunHandle(self, new.id, started_at=began)
+            run, created = self.store.create_run(new)
+            starting.created(run, created)
+            if created:
+                advance(self, run.id, None, reason="start")
+        if not created and idempotency_key is not None and run.input != json.loads(text):
             raise IdempotencyKeyReusedError(wf.name, idempotency_key, run.id)
         return RunHandle(self, run.id)
 
@@ -274,27 +283,36 @@ class WorkflowEngine:
         return run
 
     # --- what workers do -----------------------------------------------------
-    def orchestrate(self, run_id: str, reason: str = "") -> None:
+    def orchestrate(self, run_id: str, reason: str = "", *, trace: Carrier | None = None) -> None:
         """One orchestration pass of the run (what ``pikku.orchestrate`` messages run).
 
+        ``trace`` is the trace context the message carried (see ``observe.run_trace``).
         Raises :class:`InvalidIdError` for a run id that is not a UUID, before any SQL.
         """
-        orchestrate(self, check_id(run_id, "run id"), reason)
+        orchestrate(self, check_id(run_id, "run id"), reason, trace)
 
     def execute_step(
-        self, run_id: str, step_id: str, task_name: str, body: StepBody, queue: str | None = None
+        self,
+        run_id: str,
+        step_id: str,
+        task_name: str,
+        body: StepBody,
+        queue: str | None = None,
+        *,
+        trace: Carrier | None = None,
     ) -> Any:
         """Run one attempt of a step if this message wins the claim (see ``execute``).
 
         Ids are checked to be UUIDs (:class:`InvalidIdError`) and the task and
         queue to be names, before any SQL: a message is anyone's input.
+        ``trace`` is the trace context the message carried.
         """
         run_id = check_id(run_id, "run id")
         step_id = check_id(step_id, "step id")
         check_name(task_name, "task name")
         if queue is not None:
             check_name(queue, "queue")
-        return execute_step(self, run_id, step_id, task_name, body, queue)
+        return execute_step(self, run_id, step_id, task_name, body, queue, trace)
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether the store calls ``exc`` passing (a lost connection, a restart)."""

@@ -41,7 +41,11 @@ class Dispatcher(Protocol):
         ...
 
     def send_step(self, step: StepState, countdown: float = 0.0) -> None:
-        """Send the run-step message for the step's current attempt."""
+        """Send the run-step message for the step's current attempt.
+
+        A message carries the trace context :data:`~.observe.run_trace` holds
+        when it is sent (if any) to the worker's ``execute_step(..., trace=)``;
+        the same for :meth:`wake_run` and ``orchestrate``."""
         ...
 
     def wake_run(self, run_id: str, countdown: float = 0.0, reason: str = "") -> None:

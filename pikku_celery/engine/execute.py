@@ -15,15 +15,10 @@ from ..errors import (
 )
 from ..payload import check_json
 from ..retry import RetryPolicy
-from ..store.model import (
-    JSON,
-    AdvanceResult,
-    StepOutcome,
-    StepState,
-    StepStatus,
-)
+from ..store.model import BROKER, EAGER, JSON, AdvanceResult, StepOutcome, StepState, StepStatus
 from ..store.rules import LEASE_BOUND_FACTOR, lease_lapsed
 from .eager import EagerOffer, eager_offer
+from .observe import Carrier
 from .orchestrate import advance
 from .replay import error_info
 from .transactional import is_transactional, run_with_connection
@@ -59,6 +54,7 @@ def execute_step(
     task_name: str,
     body: StepBody,
     queue: str | None = None,
+    trace: Carrier | None = None,
 ) -> StepOutcome | None:
     """Run one attempt of a step if this message wins the claim, then the
     run's next steps that its passes wrote claimed by this worker (eager
@@ -66,11 +62,13 @@ def execute_step(
 
     Returns the outcome written for the message's own step, or None when the
     message had nothing to do (someone else owns the step, it is settled, or
-    it was superseded).
+    it was superseded). ``trace`` is the trace context the message carried,
+    for the observers.
     """
     lease_ms = engine.dispatcher.lease_ms(queue)
     if lease_ms < SHORT_LEASE_MS:
         engine.warn_short_lease(queue, lease_ms)
+    claimed_ns = time.time_ns()
     try:
         claimed = engine.store.claim_step(
             step_id, task_name, engine.worker_id, lease_ms, run_id=run_id
@@ -84,17 +82,20 @@ def execute_step(
     budget = engine.eager_budget(lease_ms)
     step: StepState | None = claimed
     first: StepOutcome | None = None
+    dispatch = BROKER
     while step is not None:
         offer = eager_offer(engine, budget, body)
-        outcome, done = _attempt(engine, run_id, step, body, lease_ms, offer)
+        outcome, done = _attempt(
+            engine, run_id, step, body, lease_ms, offer, (dispatch, claimed_ns, trace)
+        )
         if first is None:
             first = outcome
         if done is None or done.eager is None or offer is None or offer.body is None:
             break
         assert budget is not None
         budget.take()
-        step, body = done.eager, offer.body
-        lease_ms = engine.dispatcher.lease_ms(step.queue)
+        step, body, dispatch = done.eager, offer.body, EAGER
+        lease_ms, claimed_ns = engine.dispatcher.lease_ms(step.queue), time.time_ns()
     return first
 
 
@@ -105,30 +106,40 @@ def _attempt(
     body: StepBody,
     lease_ms: int,
     offer: EagerOffer | None,
+    seen: tuple[str, int, Carrier | None],
 ) -> tuple[StepOutcome | None, AdvanceResult | None]:
     """One claimed attempt: its body under a renewed lease, then the pass
-    that records its outcome (and may claim the next step for this worker)."""
+    that records its outcome (and may claim the next step for this worker).
+    ``seen`` is what the observers are told of it: its dispatch, when it was
+    claimed (``time.time_ns()``) and the trace context its message carried."""
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id)
     began = time.monotonic()
-    try:
+    dispatch, claimed_ns, trace = seen
+    with engine.observers.attempt(step, dispatch, claimed_ns, trace) as watch:
         try:
-            if _wants_transaction(body, step):
-                outcome, committed = _run_in_transaction(engine, step, body)
-            else:
-                outcome, committed = _run_body(step, body), False
-        except WorkflowStepSupersededError as exc:
-            log.warning("refused a superseded transactional step; its writes rolled back: %s", exc)
-            engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
+            try:
+                if _wants_transaction(body, step):
+                    outcome, committed = _run_in_transaction(engine, step, body)
+                else:
+                    outcome, committed = _run_body(step, body), False
+            except WorkflowStepSupersededError as exc:
+                log.warning(
+                    "refused a superseded transactional step; its writes rolled back: %s", exc
+                )
+                engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
+                watch.refused()
+                return None, None
+            ran = time.monotonic() - began
+            # The lease is still renewed while the outcome is written, so a store
+            # that is briefly away (a restart) does not cost the attempt.
+            # A committed transactional step is already recorded: the pass only advances.
+            done = _advance_retrying(engine, run_id, None if committed else outcome, offer)
+        finally:
+            engine.keeper.drop(holding)
+        if done is None:
+            watch.refused()
             return None, None
-        ran = time.monotonic() - began
-        # The lease is still renewed while the outcome is written, so a store
-        # that is briefly away (a restart) does not cost the attempt.
-        # A committed transactional step is already recorded: the pass only advances.
-        done = _advance_retrying(engine, run_id, None if committed else outcome, offer)
-    finally:
-        engine.keeper.drop(holding)
-    if done is None:
-        return None, None
+        watch.recorded(outcome)
     engine.observers.step_attempted(step, outcome, ran)
     return outcome, done
 

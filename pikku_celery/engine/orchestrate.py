@@ -17,6 +17,7 @@ from ..errors import (
 from ..lease import hold_lease
 from ..payload import UnreadableValue
 from ..store.model import AdvanceResult, Decision, NewRun, RunStatus, RunView, StepOutcome
+from .observe import Carrier
 from .replay import cancelled, error_info, replay
 
 if TYPE_CHECKING:
@@ -169,7 +170,9 @@ def publish(
         dispatcher.wake_run(result.run.id, countdown=delay, reason="timer")
 
 
-def orchestrate(engine: WorkflowEngine, run_id: str, reason: str = "") -> None:
+def orchestrate(
+    engine: WorkflowEngine, run_id: str, reason: str = "", trace: Carrier | None = None
+) -> None:
     """The orchestrate task: a pass under the run lease ``workflow-run:<id>``.
 
     A settled run returns at once. If another worker holds the run, the run is
@@ -181,13 +184,14 @@ def orchestrate(engine: WorkflowEngine, run_id: str, reason: str = "") -> None:
         return
     if run.status.terminal:
         return
-    try:
-        with hold_lease(
-            engine.leases, run_lease_key(run_id), engine.run_lease_ttl, holder=engine.worker_id
-        ):
-            advance(engine, run_id, None, reason)
-    except LeaseTakenError:
-        engine.dispatcher.wake_run(run_id, countdown=REWAKE_SECONDS, reason=reason)
-    except LeaseLostError as exc:
-        # The pass itself was serialised by its transaction; only log.
-        log.warning("run %s: %s", run_id, exc)
+    with engine.observers.passing(run, reason, trace):
+        try:
+            with hold_lease(
+                engine.leases, run_lease_key(run_id), engine.run_lease_ttl, holder=engine.worker_id
+            ):
+                advance(engine, run_id, None, reason)
+        except LeaseTakenError:
+            engine.dispatcher.wake_run(run_id, countdown=REWAKE_SECONDS, reason=reason)
+        except LeaseLostError as exc:
+            # The pass itself was serialised by its transaction; only log.
+            log.warning("run %s: %s", run_id, exc)

@@ -44,16 +44,19 @@ class SweepReport:
 def sweep(engine: WorkflowEngine, limit: int = 200) -> SweepReport:
     """One sweep pass under the sweep lease, so two beats never double the work."""
     report = SweepReport()
-    try:
-        with hold_lease(engine.leases, SWEEP_LEASE_KEY, engine.sweep_lease_ttl, engine.worker_id):
-            _sweep(engine, limit, report)
-    except LeaseTakenError:
-        report.skipped = True
-    except LeaseLostError as exc:
-        log.warning("sweep: %s", exc)
-    if report.total:
-        log.info("sweep: %s", report)
-    engine.observers.swept(report)
+    with engine.observers.sweeping():
+        try:
+            with hold_lease(
+                engine.leases, SWEEP_LEASE_KEY, engine.sweep_lease_ttl, engine.worker_id
+            ):
+                _sweep(engine, limit, report)
+        except LeaseTakenError:
+            report.skipped = True
+        except LeaseLostError as exc:
+            log.warning("sweep: %s", exc)
+        if report.total:
+            log.info("sweep: %s", report)
+        engine.observers.swept(report)
     return report
 
 

@@ -312,7 +312,15 @@ class InMemoryWorkflowStore:
                 return False
             expires = None if lease_ms is None else now + lease_ms
             self._steps[step_id] = replace(step, lease_expires_at=expires, updated_at=now)
+            if lease_ms is not None:
+                self._count_renewal(step_id, attempt, now)
             return True
+
+    def _count_renewal(self, step_id: str, attempt: int, now: int) -> None:
+        attempts = self._attempts.get(step_id, [])
+        for i, found in enumerate(attempts):
+            if found.attempt == attempt:
+                attempts[i] = replace(found, renewals=found.renewals + 1, renewed_at=now)
 
     def _fenced(self, step_id: str, attempt: int, claim_id: str | None) -> StepState:
         step = self._steps.get(step_id)

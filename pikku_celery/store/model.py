@@ -183,6 +183,8 @@ class AttemptState:
     finished_at: int | None = None
     claim_id: str | None = None  # the claim that made this attempt
     dispatch: str | None = None  # how it reached its worker: "broker" or "eager"
+    renewals: int = 0  # how often its worker renewed its lease
+    renewed_at: int | None = None  # when it last did
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,8 @@ def attempt_from(row: Any) -> AttemptState:
         finished_at=row.finished_at,
         claim_id=row.claim_id,
         dispatch=row.dispatch,
+        renewals=row.renewals,
+        renewed_at=row.renewed_at,
     )
 
 
@@ -161,6 +163,8 @@ def attempt_params(
         "finished_at": None,
         "claim_id": step.claim_id,
         "dispatch": dispatch,
+        "renewals": 0,
+        "renewed_at": None,
     }
 
 

@@ -107,6 +107,8 @@ run_table = sa.Table(
     # list_runs, newest first
     sa.Index("ix_pikku_run_created", "created_at"),
     sa.Index("ix_pikku_run_parent", "parent_run_id"),
+    # runs_with_key (the run page's search by idempotency key), newest first
+    sa.Index("ix_pikku_run_key_created", "idempotency_key", "created_at"),
 )
 
 step_table = sa.Table(
@@ -196,6 +198,9 @@ attempt_table = sa.Table(
     sa.Column("finished_at", MS, nullable=True),
     sa.Column("claim_id", CLAIM_ID, nullable=True),  # the claim that made the attempt
     sa.Column("dispatch", _key_string(16), nullable=True),  # how it reached its worker
+    # its lease renewals: how many, the last one's time (the run page's timeline)
+    sa.Column("renewals", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("renewed_at", MS, nullable=True),
 )
 
 signal_table = sa.Table(

@@ -534,9 +534,19 @@ class SQLWorkflowStore:
             "p_lease_ms": lease_ms,
             "p_claim": claim_id,
         }
-        stmt = self.statements.park if lease_ms is None else self.statements.renew
         with self._one() as conn:
-            return conn.execute(stmt, params).rowcount == 1
+            if lease_ms is None:
+                return conn.execute(self.statements.park, params).rowcount == 1
+            return self._renew(conn, params)
+
+    def _renew(self, conn: sa.Connection, params: dict[str, Any]) -> bool:
+        """Renew the lease and count it on the attempt row; False if refused.
+        Here (SQLite) two statements in the transaction; PostgreSQL and
+        MySQL write both rows in one."""
+        if conn.execute(self.statements.renew, params).rowcount != 1:
+            return False
+        conn.execute(self.statements.renew_counted, params)
+        return True
 
     def _fenced_write(
         self, conn: sa.Connection, kind: str, params: dict[str, Any], on_pass_clock: bool = False

@@ -101,6 +101,9 @@ class MySQLWorkflowStore(SQLWorkflowStore):
         both = st.fenced_both_at if on_pass_clock else st.fenced_both
         return conn.execute(both[kind], params).rowcount == 2
 
+    def _renew(self, conn: sa.Connection, params: dict[str, Any]) -> bool:
+        return conn.execute(self.statements.renew_both, params).rowcount == 2
+
     def _fenced_outcome(self, kind: str, params: dict[str, Any]) -> bool:
         batch = self._outcome_batches.get(kind)
         if batch is None:

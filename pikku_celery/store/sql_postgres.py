@@ -247,6 +247,9 @@ class PostgresWorkflowStore(SQLWorkflowStore):
         ctes = st.fenced_cte_at if on_pass_clock else st.fenced_cte
         return int(conn.execute(ctes[kind], params).scalar_one()) == 1
 
+    def _renew(self, conn: sa.Connection, params: dict[str, Any]) -> bool:
+        return int(conn.execute(self.statements.renew_counted_cte, params).scalar_one()) == 1
+
     def _fenced_outcome(self, kind: str, params: dict[str, Any]) -> bool:
         with self._one() as conn:  # one statement: autocommit
             return self._fenced_write(conn, kind, params)

@@ -287,8 +287,8 @@ class Statements:
         self.signals_of_run = sa.select(G.c.name, G.c.payload).where(G.c.run_id == _p("id"))
         # For people (the run page, the command line), not the hot path.
         self.signals_in_order = self.signals_of_run.order_by(G.c.created_at, G.c.name)
-        # No index leads with the key (the unique one is (workflow, key)): a
-        # person's search, bounded by the limit.
+        # A person's search, bounded by the limit: ix_pikku_run_key_created
+        # (the unique index leads with the workflow).
         self.runs_with_key = (
             sa.select(R)
             .where(R.c.idempotency_key == _p("key"))
@@ -383,10 +383,24 @@ class Statements:
             _claim_matches(),
             sa.or_(S.c.lease_expires_at.is_(None), S.c.lease_expires_at > now),
         )
+        self.renewable = renewable
         self.renew = (
             sa.update(S)
             .where(*renewable)
             .values(lease_expires_at=now + _p("lease_ms", sa.BigInteger()), updated_at=now)
+        )
+        # The renewal counted on its attempt row (the run page's timeline).
+        # Where one statement can write both rows (PostgreSQL, MySQL) the
+        # dialect's renewal does; SQLite runs this after ``renew``, in its
+        # transaction, with the time ``renew`` wrote (a second clock read
+        # could fall in the next millisecond).
+        self.renew_counted = (
+            sa.update(A)
+            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .values(
+                renewals=A.c.renewals + 1,
+                renewed_at=sa.select(S.c.updated_at).where(S.c.id == _p("id")).scalar_subquery(),
+            )
         )
         self.park = (
             sa.update(S).where(*renewable).values(lease_expires_at=sa.null(), updated_at=now)

@@ -36,6 +36,20 @@ class MySQLStatements(Statements):
         at = _p("now", sa.BigInteger())
         self.fenced_both = {kind: self._fenced_both(kind, now) for kind in OUTCOMES}
         self.fenced_both_at = {kind: self._fenced_both(kind, at) for kind in OUTCOMES}
+        # A renewal and its count on the attempt row, one two-table UPDATE:
+        # 2 rows matched if renewed.
+        self.renew_both = (
+            sa.update(S)
+            .where(*self.renewable, A.c.step_id == S.c.id, A.c.attempt == S.c.attempt)
+            .values(
+                {
+                    S.c.lease_expires_at: now + _p("lease_ms", sa.BigInteger()),
+                    S.c.updated_at: now,
+                    A.c.renewals: A.c.renewals + 1,
+                    A.c.renewed_at: now,
+                }
+            )
+        )
 
     @staticmethod
     def _fenced_both(kind: str, now: ColumnElement[int]) -> sa.Update:

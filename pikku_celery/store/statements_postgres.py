@@ -101,6 +101,15 @@ class PostgresStatements(Statements):
         # statement, returning 1 if the fence held, else 0.
         self.fenced_cte = {kind: self._fenced_cte(kind, now) for kind in OUTCOMES}
         self.fenced_cte_at = {kind: self._fenced_cte(kind, at) for kind in OUTCOMES}
+        # A renewal and its count on the attempt row, one statement: 1 if renewed.
+        renewed = self.renew.returning(S.c.id, S.c.attempt, S.c.updated_at).cte("renewed")
+        counted = (
+            sa.update(A)
+            .where(A.c.step_id == renewed.c.id, A.c.attempt == renewed.c.attempt)
+            .values(renewals=A.c.renewals + 1, renewed_at=renewed.c.updated_at)
+            .cte("counted")
+        )
+        self.renew_counted_cte = sa.select(sa.func.count()).select_from(renewed).add_cte(counted)
 
     def _families(self) -> Iterator[tuple[str, sa.ClauseElement]]:
         for kind, new_step, ends in itertools.product(PASS_KINDS, (False, True), (False, True)):

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..engine.core import WorkflowEngine
 from ..engine.execute import call_with
+from ..engine.observe import run_trace
 from ..errors import UnknownTaskError
 from ..lease.memory import InMemoryLeaseService
 from ..store.base import WorkflowStore
@@ -38,6 +39,7 @@ class Message:
     queue: str | None = field(compare=False, default=None)
     attempt: int = field(compare=False, default=0)
     reason: str = field(compare=False, default="")
+    trace: dict[str, str] | None = field(compare=False, default=None)  # as a header carries it
 
 
 class InlineDispatcher:
@@ -116,6 +118,7 @@ class InlineDispatcher:
         return self.clock() + countdown
 
     def _push(self, msg: Message) -> None:
+        msg.trace = run_trace.get()
         self.sent.append(msg)
         if self.drop is not None and self.drop(msg):
             return
@@ -145,13 +148,15 @@ class InlineDispatcher:
         engine = self.engine
         assert engine is not None, "bind the dispatcher to an engine first"
         if msg.kind == "run":
-            engine.orchestrate(msg.run_id, msg.reason)
+            engine.orchestrate(msg.run_id, msg.reason, trace=msg.trace)
             return
         assert msg.step_id is not None and msg.task_name is not None
         fn = self.tasks.get(msg.task_name)
         if fn is None:
             raise UnknownTaskError(f"no task {msg.task_name!r}")
-        engine.execute_step(msg.run_id, msg.step_id, msg.task_name, call_with(fn), msg.queue)
+        engine.execute_step(
+            msg.run_id, msg.step_id, msg.task_name, call_with(fn), msg.queue, trace=msg.trace
+        )
 
     def run_until_idle(
         self, timeout: float = 10.0, max_messages: int = 10_000, horizon: float = 2.0

@@ -115,6 +115,8 @@ def attempt_json(
         "started_at": iso(attempt.started_at),
         "finished_at": iso(attempt.finished_at),
         "duration_s": seconds(attempt_duration_ms(attempt, later, now)),
+        "renewals": attempt.renewals,  # its worker's lease renewals
+        "renewed_at": iso(attempt.renewed_at),  # the last one
         "result": stored(attempt.result),
         "error": stored(attempt.error),
     }

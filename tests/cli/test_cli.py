@@ -218,6 +218,7 @@ def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -
     assert attempt["attempt"] == 1 and attempt["status"] == "succeeded"
     assert attempt["worker"] == cliapp.pikku.worker_id and attempt["result"] == 5
     assert attempt["dispatch"] == "broker"  # how the attempt reached its worker
+    assert attempt["renewals"] == 0 and attempt["renewed_at"] is None  # too short to renew
     assert attempt["duration_s"] is not None
 
     human = cli(*A, "runs", "show", done)
@@ -227,6 +228,7 @@ def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -
     assert "steps" in human.output and "attempts" in human.output
     assert cliapp.pikku.worker_id in human.output
     assert "dispatch" in human.output and "broker" in human.output
+    assert "renewals" in human.output
 
     # A step a worker holds right now: its lease, counted down on the store's clock.
     busy = start(cliapp, "order", {"a": 1, "b": 1})

@@ -70,6 +70,7 @@ class StepDelivery:
     task_name: str
     queue: str | None
     at: float  # time.monotonic()
+    trace: dict[str, str] | None = None  # the trace context the message carried
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class WakeDelivery:
     run_id: str
     reason: str
     at: float  # time.monotonic()
+    trace: dict[str, str] | None = None
 
 
 class Recorder:
@@ -89,13 +91,22 @@ class Recorder:
         self._steps: list[StepDelivery] = []
         self._wakes: list[WakeDelivery] = []
 
-    def step(self, run_id: str, step_id: str, task_name: str, queue: str | None) -> None:
+    def step(
+        self,
+        run_id: str,
+        step_id: str,
+        task_name: str,
+        queue: str | None,
+        trace: dict[str, str] | None = None,
+    ) -> None:
         with self._lock:
-            self._steps.append(StepDelivery(run_id, step_id, task_name, queue, time.monotonic()))
+            self._steps.append(
+                StepDelivery(run_id, step_id, task_name, queue, time.monotonic(), trace)
+            )
 
-    def wake(self, run_id: str, reason: str) -> None:
+    def wake(self, run_id: str, reason: str, trace: dict[str, str] | None = None) -> None:
         with self._lock:
-            self._wakes.append(WakeDelivery(run_id, reason, time.monotonic()))
+            self._wakes.append(WakeDelivery(run_id, reason, time.monotonic(), trace))
 
     def steps_of(self, run_id: str) -> list[StepDelivery]:
         with self._lock:
@@ -111,13 +122,22 @@ class Recording:
 
     recorder: Recorder
 
-    def orchestrate(self, run_id: str, reason: str = "") -> None:
-        self.recorder.wake(run_id, reason)
+    def orchestrate(
+        self, run_id: str, reason: str = "", *, trace: dict[str, str] | None = None
+    ) -> None:
+        self.recorder.wake(run_id, reason, trace)
 
     def execute_step(
-        self, run_id: str, step_id: str, task_name: str, body: StepBody, queue: str | None = None
+        self,
+        run_id: str,
+        step_id: str,
+        task_name: str,
+        body: StepBody,
+        queue: str | None = None,
+        *,
+        trace: dict[str, str] | None = None,
     ) -> Any:
-        self.recorder.step(run_id, step_id, task_name, queue)
+        self.recorder.step(run_id, step_id, task_name, queue, trace)
         return None
 
 

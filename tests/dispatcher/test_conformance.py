@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pikku_celery.engine.observe import run_trace
 from pikku_celery.errors import UnknownTaskError
 from tests.dispatcher.conftest import (
     DEFAULT_LEASE_MS,
@@ -195,6 +196,28 @@ def test_send_step_delivers_one_message_carrying_the_step(
     harness.settle(task, route)
     assert len(harness.recorder.steps_of(step.run_id)) == 1
     assert harness.recorder.wakes_of(step.run_id) == []
+
+
+def test_messages_carry_the_run_trace_they_were_sent_under(
+    harness: Harness, plain_task: str
+) -> None:
+    carrier = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "pikku-workflow": "w"}
+    traced, plain = harness.step(plain_task), harness.step(plain_task)
+    token = run_trace.set(carrier)
+    try:
+        harness.dispatcher.send_step(traced)
+        harness.dispatcher.wake_run(traced.run_id, reason="traced")
+    finally:
+        run_trace.reset(token)
+    harness.dispatcher.send_step(plain)
+    harness.dispatcher.wake_run(plain.run_id, reason="plain")
+    harness.settle(plain_task)
+    [step] = harness.recorder.steps_of(traced.run_id)
+    [wake] = harness.recorder.wakes_of(traced.run_id)
+    assert step.trace == wake.trace == carrier
+    [step] = harness.recorder.steps_of(plain.run_id)
+    [wake] = harness.recorder.wakes_of(plain.run_id)
+    assert step.trace is None and wake.trace is None
 
 
 @pytest.mark.parametrize("reason", ["signal", "child-ended", None], ids=repr)

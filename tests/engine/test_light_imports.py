@@ -2,7 +2,7 @@
 
 A process that only starts runs through its own adapters (a test with the
 in-memory ones, a tool reading runs) must not pay for Celery, SQLAlchemy,
-Redis or a database driver, nor fail for lack of them.
+Redis, a database driver or OpenTelemetry, nor fail for lack of them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-HEAVY = ("celery", "kombu", "sqlalchemy", "redis", "psycopg", "pymysql")
+HEAVY = ("celery", "kombu", "sqlalchemy", "redis", "psycopg", "pymysql", "opentelemetry")
 
 
 def loaded_after(statement: str) -> list[str]:
@@ -43,4 +43,6 @@ def test_the_engine_and_its_memory_adapters_load_no_adapter_library(statement: s
 
 def test_the_celery_integration_is_still_one_import_away() -> None:
     assert set(loaded_after("from pikku_celery import Pikku")) >= {"celery", "sqlalchemy"}
+    assert "opentelemetry" not in loaded_after("from pikku_celery import Pikku")
+    assert "opentelemetry" in loaded_after("import pikku_celery.tracing")
     assert "sqlalchemy" in loaded_after("from pikku_celery.store import SQLWorkflowStore")

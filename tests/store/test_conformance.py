@@ -263,6 +263,29 @@ def test_stale_attempt_cannot_renew_or_release(store: WorkflowStore) -> None:
     assert store.refresh_step_lease(step.id, current.attempt, LONG) is True
 
 
+def test_each_attempt_counts_its_own_renewals(store: WorkflowStore) -> None:
+    run, [step] = make_tasks(store, 1, max_attempts=2)
+    lease = 4 * SHORT  # renewed twice before it lapses, even on a loaded machine
+    first = claim(store, step, "a", lease=lease)
+    assert store.refresh_step_lease(step.id, first.attempt, lease) is True
+    assert store.refresh_step_lease(step.id, first.attempt, lease) is True
+    renewed = store.get_step(step.id)
+    assert renewed is not None
+    lapse(store, renewed)
+    assert store.refresh_step_lease(step.id, first.attempt, LONG) is False  # not counted
+    second = claim(store, step, "b")
+    assert store.refresh_step_lease(step.id, first.attempt, LONG) is False  # superseded
+    assert store.refresh_step_lease(step.id, second.attempt, None) is True  # a park is none
+    assert store.refresh_step_lease(step.id, second.attempt, LONG) is True
+    after = store.get_step(step.id)
+    assert after is not None
+    by_attempt = {a.attempt: a for a in store.get_attempts(run.id)}
+    assert by_attempt[first.attempt].renewals == 2
+    assert by_attempt[first.attempt].renewed_at == renewed.updated_at  # on the store's clock
+    assert by_attempt[second.attempt].renewals == 1
+    assert by_attempt[second.attempt].renewed_at == after.updated_at
+
+
 def test_parked_step_is_never_reclaimed_nor_listed(store: WorkflowStore) -> None:
     _, [step] = make_tasks(store, 1, max_attempts=5)
     held = claim(store, step, "a", lease=SHORT)

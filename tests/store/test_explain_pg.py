@@ -22,6 +22,7 @@ from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
 
 RUNS = 3000
 STEPS_PER_RUN = 3
+KEYS = 1000
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,7 @@ def _load(engine: sa.Engine) -> None:
             {
                 "id": rid,
                 "workflow": f"wf{i % 7}",
+                "idempotency_key": f"key-{i % KEYS}",  # each key used by a few workflows
                 "status": "running" if live else "completed",
                 "input": "{}",
                 "version": 3,
@@ -132,3 +134,15 @@ def test_sweep_queries_return_what_the_data_holds(loaded_engine: sa.Engine) -> N
     assert len(store.undispatched_steps(30_000, 1000)) == RUNS // 100
     assert len(store.due_steps(1000)) == RUNS // 100
     assert store.idle_runs(60_000, 1000) == []
+
+
+def test_the_search_by_idempotency_key_uses_its_index(loaded_engine: sa.Engine) -> None:
+    store = SQLWorkflowStore(loaded_engine)
+    stmt = store.statements.runs_with_key.params(p_key="key-5", p_limit=50)
+    sql = str(stmt.compile(dialect=loaded_engine.dialect, compile_kwargs={"literal_binds": True}))
+    with loaded_engine.connect() as conn:
+        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + sql).scalars())
+    assert "ix_pikku_run_key_created" in plan and "Seq Scan on pikku_" not in plan, plan
+    found = store.runs_with_key("key-5")
+    assert [r.idempotency_key for r in found] == ["key-5"] * (RUNS // KEYS)
+    assert [r.created_at for r in found] == sorted((r.created_at for r in found), reverse=True)

@@ -16,6 +16,7 @@ from pikku_celery.testing import make_engine
 from pikku_celery.web.api import ENVELOPE_BYTES, Answer, Body, RunApi
 from pikku_celery.web.permissions import allow_all, read_only
 from pikku_celery.web.reads import MAX_LIMIT
+from pikku_celery.web.shapes import iso
 from tests.helpers import wait_until
 
 from . import webapp
@@ -291,6 +292,23 @@ def test_a_run_shows_steps_attempts_errors_with_tracebacks_and_actions(
     assert done["run"]["output"] == 5
     [attempt] = done["steps"][0]["attempts"]
     assert (attempt["status"], attempt["result"]) == ("succeeded", 5)
+    assert (attempt["renewals"], attempt["renewed_at"]) == (0, None)  # too short to renew
+
+
+def test_an_attempt_shows_its_lease_renewals(shop: Shop) -> None:
+    run_id = shop.engine.start("payment", {"id": 3}).run_id
+    [step] = [s for s in shop.engine.store.get_steps(run_id) if s.task_name]
+    assert step.task_name is not None
+    store = shop.engine.store
+    claimed = store.claim_step(step.id, step.task_name, "w:1", 30_000, run_id=run_id)
+    assert claimed is not None
+    for _ in range(3):
+        assert store.refresh_step_lease(step.id, claimed.attempt, 30_000, claimed.claim_id)
+    renewed = store.get_step(step.id)
+    assert renewed is not None
+    [attempt] = api(shop.engine).run(run_id).body["steps"][0]["attempts"]
+    assert attempt["status"] == "running" and attempt["renewals"] == 3
+    assert attempt["renewed_at"] == iso(renewed.updated_at)
 
 
 def test_a_waiting_run_shows_its_signal_wait_its_timer_and_what_it_takes(

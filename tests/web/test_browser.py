@@ -142,6 +142,11 @@ def test_a_step_taken_over_from_a_sigkilled_worker_shows_both_attempts(
         claimed = store.get_step(pack.id)
         assert claimed is not None and claimed.status == StepStatus.RUNNING
         assert claimed.attempt == 1 and claimed.worker != sqlite_pikku.worker_id
+
+        def renewed() -> bool:  # its worker renews the lease while the body runs
+            return any(a.renewals for a in store.get_attempts(run_id) if a.step_id == pack.id)
+
+        wait_until(renewed, timeout=10)
     finally:
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(10)
@@ -161,6 +166,7 @@ def test_a_step_taken_over_from_a_sigkilled_worker_shows_both_attempts(
     )
     assert (first.status, second.status) == (AttemptStatus.SUPERSEDED, AttemptStatus.SUCCEEDED)
     assert first.worker == claimed.worker and first.worker is not None
+    assert first.renewals >= 1 and first.renewed_at is not None  # until it was killed
 
     with showing(page, create_app(sqlite_pikku, loopback_permission(False))) as url:
         page.goto(f"{url}?run={run_id}")
@@ -171,6 +177,8 @@ def test_a_step_taken_over_from_a_sigkilled_worker_shows_both_attempts(
         expect(one).to_have_attribute("data-attempt", "1")
         expect(one).to_have_attribute("data-status", "superseded")
         expect(one).to_have_class(re.compile(r"\bstatus-superseded\b"))
+        expect(one).to_have_attribute("data-renewals", str(first.renewals))
+        expect(one.locator("line.renewal")).to_have_count(1)  # its worker last heard of
         expect(two).to_have_attribute("data-status", "succeeded")
         expect(page.locator('#timeline-svg g.wait-step[data-kind="sleep"]')).to_have_count(1)
         expect(page.locator('#steps tr[data-step="cool-off"]')).to_contain_text("woke")
@@ -184,6 +192,7 @@ def test_a_step_taken_over_from_a_sigkilled_worker_shows_both_attempts(
         expect(detail).to_contain_text("attempt 1 of 2")
         expect(detail).to_contain_text("superseded")
         expect(detail).to_contain_text(first.worker)
+        expect(detail).to_contain_text(f"lease renewals{first.renewals}, the last at")
         shot(page, artifacts, "run-page-run.png")
 
 

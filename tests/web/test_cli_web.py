@@ -52,6 +52,9 @@ def test_it_refuses_options_that_contradict_or_name_nothing(tmp_path: Path) -> N
     assert not_callable.exit_code == 2 and "not a permission" in not_callable.output
     no_app = cli("web", tmp_path=tmp_path)
     assert no_app.exit_code == 2 and "-A" in no_app.output
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    no_app_to_act = cli("web", "--database-url", url, "--allow-actions", tmp_path=tmp_path)
+    assert no_app_to_act.exit_code == 2 and "--allow-actions needs -A" in no_app_to_act.output
 
 
 def test_exposure_rules() -> None:
@@ -145,5 +148,56 @@ def test_the_command_serves_the_page_read_only_on_loopback(tmp_path: Path) -> No
     assert server.returncode == 0, output
     assert pikku.store.get_run(run_id) is not None
     assert not pikku.store.get_run(run_id).cancel_requested  # type: ignore[union-attr]
+    assert pikku.sql_engine is not None
+    pikku.sql_engine.dispose()
+
+
+def allow_everything(action: str, target: str) -> bool:
+    """A hook that would let anyone do anything (``--permission`` in a subprocess)."""
+    return True
+
+
+def test_with_only_a_database_url_the_page_is_read_only_whatever_the_hook(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "store.db"
+    pikku = webapp.build(f"sqlite:///{db}")
+    run_id = pikku.start(webapp.WAITS, None).run_id
+    webapp.drive(pikku, run_id)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PIKKU_APP", None)
+    hook = "tests.web.test_cli_web:allow_everything"
+    argv = ["web", "--port", "0", "--database-url", f"sqlite:///{db}", "--permission", hook]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pikku_celery.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert server.stdout is not None
+    try:
+        first = server.stdout.readline()
+        assert first.startswith("serving the run page on http://127.0.0.1:"), first
+        url = first.split(" on ", 1)[1].strip()
+        assert "hook decides" in server.stdout.readline()
+        assert "read-only: no app (-A)" in server.stdout.readline()
+        status, body = get(f"{url}api/runs")
+        assert status == 200 and [r["id"] for r in json.loads(body)["runs"]] == [run_id]
+        status, body = get(f"{url}api/runs/{run_id}")
+        assert json.loads(body)["actions"] == {"cancel": False, "retry": False, "signal": False}
+        for action in ("cancel", "retry", "signals/go"):
+            status, body = get(f"{url}api/runs/{run_id}/{action}", data=b"{}")
+            assert status == 403 and json.loads(body)["error"] == "forbidden"
+        status, _ = get(f"{url}metrics")
+        assert status == 200
+    finally:
+        server.send_signal(signal.SIGINT)
+        output, _ = server.communicate(timeout=20)
+    assert server.returncode == 0, output
+    stored = pikku.store.get_run(run_id)
+    assert stored is not None and not stored.cancel_requested and stored.status.value == "running"
+    assert pikku.store.get_signals(run_id) == {}
     assert pikku.sql_engine is not None
     pikku.sql_engine.dispose()

@@ -152,3 +152,28 @@ def test_the_plain_include_uses_the_project_s_pikku_and_setting(client: Client) 
         assert refused.status_code == 403
     assert ("list", "runs", "/ops/pikku/api/runs") in ASKED
     assert ("cancel", run_id, f"/ops/pikku/api/runs/{run_id}/cancel") in ASKED
+
+
+def test_metrics_are_served_in_django_behind_the_hook(client: Client) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    started(webapp.ORDER, {"a": 1, "b": 2})
+    scraped = client.get("/mine/metrics")
+    assert scraped.status_code == 200 and scraped["Content-Type"].startswith("text/plain")
+    samples = {
+        (sample.name, sample.labels.get("status", "")): sample.value
+        for family in text_string_to_metric_families(scraped.content.decode())
+        for sample in family.samples
+    }
+    for status, n in django_urls.PIKKU.store.count_runs_by_status().items():
+        assert samples[("pikku_runs", status.value)] == n
+    assert client.post("/mine/metrics").status_code == 405
+    django_urls.ALLOWED.discard("list")
+    refused = client.get("/mine/metrics")
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    # The plain include asks the project's hook, with the request at hand.
+    with override_settings(
+        PIKKU_CELERY_PERMISSION="tests.web.test_django_mount.recording_permission"
+    ):
+        assert client.get("/ops/pikku/metrics").status_code == 200
+    assert ("list", "runs", "/ops/pikku/metrics") in ASKED

@@ -7,7 +7,8 @@
 
     urlpatterns = [path("ops/pikku/", include("pikku_celery.contrib.django.urls"))]
 
-That serves the page at ``ops/pikku/`` over ``get_pikku()``, behind
+That serves the page at ``ops/pikku/`` (and Prometheus' ``ops/pikku/metrics``)
+over ``get_pikku()``, behind
 ``settings.PIKKU_CELERY_PERMISSION`` (default: staff read, superusers
 steer; see :mod:`.views`). With a hook, or a Pikku, of your own::
 
@@ -45,6 +46,7 @@ def run_page_urls(
         path("api/runs/<str:run_id>/cancel", views.cancel, name="api_cancel"),
         path("api/runs/<str:run_id>/retry", views.retry, name="api_retry"),
         path("api/runs/<str:run_id>/signals/<str:name>", views.signal, name="api_signal"),
+        path("metrics", views.metrics, name="metrics"),
         re_path(r"^(?:api|assets)(?:/|$)", views.not_found, name="run_page_not_found"),
     ]
 

@@ -2,7 +2,7 @@
 
 The routes (:mod:`.urls`) are those of the standalone page and the Flask
 blueprint, answered by the same :class:`~pikku_celery.web.api.RunApi`: the
-page, its assets, and its JSON API, with the same checks in the same order
+page, its assets, its JSON API and ``metrics``, with the same checks in the same order
 (413 before the body is read, then the permission hook, then the run id).
 
 The hook is ``permission(action, target) -> bool`` as everywhere;
@@ -29,7 +29,7 @@ from django.middleware.csrf import get_token
 from ...engine.core import WorkflowEngine
 from ...web.api import Answer, Body, RunApi, failure
 from ...web.page import HTML_TYPE, PAGE_HEADERS, asset, render_page
-from ...web.permissions import READ_ACTIONS, Permission
+from ...web.permissions import LIST_TARGET, READ_ACTIONS, Permission
 
 PERMISSION_SETTING = "PIKKU_CELERY_PERMISSION"
 """The setting naming the hook (a dotted path, or the callable itself)."""
@@ -141,6 +141,7 @@ class RunPageViews:
         self.cancel = _methods(post=self._cancel)
         self.retry = _methods(post=self._retry)
         self.signal = _methods(post=self._signal)
+        self.metrics = _methods(get=self._metrics)
 
     def api(self) -> RunApi:
         """The API for this request: the Pikku, the hook and the body limit."""
@@ -190,6 +191,18 @@ class RunPageViews:
 
     def _signal(self, request: HttpRequest, run_id: str, name: str) -> HttpResponse:
         return self._call(request, lambda api: api.signal(run_id, name, _body(request)))
+
+    def _metrics(self, request: HttpRequest) -> HttpResponse:
+        """Prometheus' text format, read from the store (asks ``permission("list", "runs")``)."""
+        from ...web.metrics import render_metrics  # prometheus_client: the web extra
+
+        with _answering(request):
+            api = self.api()
+            refused = api.refusal("list", LIST_TARGET)
+            if refused is not None:
+                return _json(refused)
+            body, content_type = render_metrics(api.engine.store)
+        return HttpResponse(body, content_type=content_type)
 
     def not_found(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         """A JSON 404 for a path under the page's ``api/`` and ``assets/``."""

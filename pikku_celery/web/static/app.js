@@ -375,6 +375,7 @@ function legend() {
     item("retry-wait", "retry delay"),
     item("timer", "durable timer"),
     item("signal-wait", "waiting for a signal or child"),
+    item("renewal", "last lease renewal"),
   );
 }
 
@@ -418,6 +419,7 @@ function detail(data, selected) {
     ["started", clock(attempt.started_at)],
     ["finished", attempt.finished_at ? clock(attempt.finished_at) : attempt.status === "running" ? "still running" : "never (no outcome recorded)"],
     ["ran for", duration(attempt.duration_s) + (attempt.status === "running" ? " so far" : "")],
+    ["lease renewals", attempt.renewals ? `${attempt.renewals}, the last at ${clock(attempt.renewed_at)}` : "none"],
   ];
   for (const [k, v] of facts) dl.append(el("dt", { text: k }), el("dd", {}, v));
   panel.append(dl);

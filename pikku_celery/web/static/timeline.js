@@ -3,7 +3,8 @@
 // A task step's attempt is two bars: the wait for a worker (its message sent
 // -> the claim) and the attempt itself (claim -> outcome, or now while it
 // runs), styled by how it ended: succeeded, failed, superseded (its lease
-// lapsed and the next attempt took over), cancelled, lease expired. A retry
+// lapsed and the next attempt took over), cancelled, lease expired; a tick
+// marks its last lease renewal (when its worker was last heard of). A retry
 // waiting for its delay, a durable timer (a sleep until its wake_at), a wait
 // for a signal or a child run are bars of their own. Times are the store's
 // clock (the JSON's "now"), never the browser's.
@@ -125,7 +126,7 @@ function taskBars(step, now, x, y, selected, onSelect) {
     const end = ms(a.finished_at) ?? (a.status === "running" ? now : next ? ms(next.started_at) : start);
     const g = svg("g", {
       class: `attempt status-${a.status}`,
-      dataset: { step: step.name, attempt: a.attempt, status: a.status },
+      dataset: { step: step.name, attempt: a.attempt, status: a.status, renewals: a.renewals ?? 0 },
     });
     const queued = ms(a.queued_at);
     if (queued !== null && queued < start) {
@@ -135,6 +136,12 @@ function taskBars(step, now, x, y, selected, onSelect) {
     g.append(
       bar("run", start, end, x, y, `attempt ${a.attempt} of ${step.max_attempts}: ${a.status}${who}, ${duration(a.duration_s)}`),
     );
+    const renewed = ms(a.renewed_at);
+    if (renewed !== null) {
+      const px = x(renewed);
+      const times = a.renewals === 1 ? "1 lease renewal" : `${a.renewals} lease renewals`;
+      g.append(svg("line", { class: "renewal", x1: px, y1: y - 2, x2: px, y2: y + BAR + 2 }, svg("title", { text: `attempt ${a.attempt}: ${times}, the last at ${a.renewed_at}` })));
+    }
     const width = x(end) - x(start);
     if (width > 26) {
       g.append(svg("text", { class: "bar-label", x: x(start) + 4, y: y + BAR - 4, text: `#${a.attempt}` }));
