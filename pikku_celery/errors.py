@@ -142,6 +142,10 @@ class UnknownWorkflowError(WorkflowError, LookupError):
     """No workflow is registered under that name."""
 
 
+class UnknownWorkflowVersionError(UnknownWorkflowError):
+    """A run is pinned to a version of its workflow this worker does not have."""
+
+
 class UnknownTaskError(WorkflowError, LookupError):
     """A step names a task that is not registered with the workers' app."""
 

@@ -23,7 +23,13 @@ from ..errors import (
     WorkflowLimitError,
     WorkflowNondeterminismError,
 )
-from ..names import MAX_SIGNAL_NAME_LENGTH, SIGNAL_PREFIX, check_name
+from ..names import (
+    MAX_PATCH_ID_LENGTH,
+    MAX_SIGNAL_NAME_LENGTH,
+    PATCH_PREFIX,
+    SIGNAL_PREFIX,
+    check_name,
+)
 from ..payload import check_json
 from ..store.model import (
     JSON,
@@ -72,6 +78,7 @@ class _PassState:
     reached: dict[str, int] = field(default_factory=dict)  # step name -> its index
     now_reached: int = 0  # names reached starting "now#": the next ctx.now()'s number
     in_flight_wakes: list[int] = field(default_factory=list)
+    patches: dict[str, bool] = field(default_factory=dict)  # ctx.patched's answers
 
 
 def _seconds(value: float | timedelta) -> float:
@@ -145,6 +152,51 @@ class Context:
             return datetime.fromtimestamp(int(step.result) / 1000, tz=UTC)
         self._record(NewStep(name, 0, StepKind.VALUE, StepStatus.SUCCEEDED, result=self._view.now))
         return datetime.fromtimestamp(self._view.now / 1000, tz=UTC)
+
+    # --- changing a body that has runs in flight -------------------------------
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the new code path of change ``change_id``.
+
+        True for a run that reaches this point under the changed body: the
+        first time, a marker (the value step ``patch:<change_id>``) is
+        recorded in its history, so every replay says True again. False for
+        a run that passed this point before the change (its history has
+        another step here): it keeps to the old path, replay after replay.
+        Called again in the same run, it answers as it first did.
+        """
+        check_name(change_id, "patch id", MAX_PATCH_ID_LENGTH)
+        known = self._pass.patches.get(change_id)
+        if known is not None:
+            self._spend()
+            return known
+        name = PATCH_PREFIX + change_id
+        index = len(self._pass.reached)
+        recorded = self._recorded[index] if index < len(self._recorded) else None
+        if recorded is not None and not _is_marker(recorded, name):
+            self._spend()  # the run passed here before the marker existed
+            self._pass.patches[change_id] = False
+            return False
+        if self._reach(name, StepKind.VALUE) is None:
+            self._record(NewStep(name, 0, StepKind.VALUE, StepStatus.SUCCEEDED, result=True))
+        self._pass.patches[change_id] = True
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Change ``change_id``'s old path is gone: only its new path remains.
+
+        Replaces ``if ctx.patched(id): new() else: old()`` by ``deprecate_patch(id);
+        new()`` once no run in flight still takes the old path. A run that
+        recorded the marker replays past it; a new run records none, so once
+        no run with the marker is left (``runs check-deploy`` tells), the call
+        can go too.
+        """
+        check_name(change_id, "patch id", MAX_PATCH_ID_LENGTH)
+        self._spend()
+        name = PATCH_PREFIX + change_id
+        index = len(self._pass.reached)
+        recorded = self._recorded[index] if index < len(self._recorded) else None
+        if recorded is not None and _is_marker(recorded, name):
+            self._reach(name, StepKind.VALUE)
 
     # --- task steps ------------------------------------------------------------
     def step(
@@ -404,7 +456,7 @@ class Context:
                     0,
                     StepKind.CHILD,
                     StepStatus.RUNNING,
-                    child=NewRun(workflow=wf.name, input=input),
+                    child=NewRun(workflow=wf.name, input=input, workflow_version=wf.version),
                 )
             )
         return StepHandle(name)
@@ -492,6 +544,11 @@ def _route_options(
             raise ValueError(f"step {step!r}: priority must be an int 0-255, got {priority!r}")
         route["priority"] = priority
     return route
+
+
+def _is_marker(step: StepState, name: str) -> bool:
+    """Whether ``step`` is the recorded marker ``name`` of ``ctx.patched``."""
+    return step.kind == StepKind.VALUE and step.name == name
 
 
 def _step_failed(step: StepState) -> StepFailedError:

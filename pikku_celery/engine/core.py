@@ -129,28 +129,44 @@ class WorkflowEngine:
     # --- defining ------------------------------------------------------------
     @overload
     def workflow(
-        self, fn: Callable[[Context, _In], _Out], *, name: str | None = None
+        self,
+        fn: Callable[[Context, _In], _Out],
+        *,
+        name: str | None = None,
+        version: str | int | None = None,
     ) -> Workflow[_In, _Out]: ...
 
     @overload
     def workflow(
-        self, fn: Callable[[Context], _Out], *, name: str | None = None
+        self,
+        fn: Callable[[Context], _Out],
+        *,
+        name: str | None = None,
+        version: str | int | None = None,
     ) -> Workflow[None, _Out]: ...
 
     @overload
-    def workflow(self, fn: None = None, *, name: str | None = None) -> WorkflowDecorator: ...
+    def workflow(
+        self, fn: None = None, *, name: str | None = None, version: str | int | None = None
+    ) -> WorkflowDecorator: ...
 
     def workflow(
-        self, fn: WorkflowFunction | None = None, *, name: str | None = None
+        self,
+        fn: WorkflowFunction | None = None,
+        *,
+        name: str | None = None,
+        version: str | int | None = None,
     ) -> Workflow[Any, Any] | WorkflowDecorator:
         """Register a workflow body ``fn(ctx, input)``; usable bare or with ``name=``.
 
         Typed from ``fn``: ``fn(ctx, input: In) -> Out`` gives a
         ``Workflow[In, Out]``, ``fn(ctx) -> Out`` a ``Workflow[None, Out]``.
+        ``version=`` registers one of several bodies under one name: each run
+        replays on the version it started on, new runs start on the newest.
         """
 
         def register(f: WorkflowFunction) -> Workflow[Any, Any]:
-            wf = Workflow(self, f, name or f"{f.__module__}.{f.__qualname__}")
+            wf = Workflow(self, f, name or f"{f.__module__}.{f.__qualname__}", version)
             self.registry.add(wf)
             return wf
 
@@ -198,7 +214,12 @@ class WorkflowEngine:
             check_name(idempotency_key, "idempotency_key")
         text = dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
         run, created = self.store.create_run(
-            NewRun(workflow=wf.name, input=input, idempotency_key=idempotency_key)
+            NewRun(
+                workflow=wf.name,
+                input=input,
+                idempotency_key=idempotency_key,
+                workflow_version=wf.version,
+            )
         )
         if created:
             advance(self, run.id, None, reason="start")

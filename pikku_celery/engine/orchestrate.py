@@ -17,7 +17,8 @@ from ..errors import (
 from ..lease import hold_lease
 from ..payload import UnreadableValue
 from ..store.model import AdvanceResult, Decision, RunStatus, RunView, StepOutcome
-from .replay import cancelled, error_info, replay
+from .choose import bodies_for, replay_on
+from .replay import cancelled, error_info
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -43,21 +44,22 @@ def advance(
     what was already decided is never lost, and the run is not retried forever.
     """
     previous_wake: list[int | None] = []
+    unknown: list[UnknownWorkflowError] = []
 
     def decide(view: RunView) -> Decision:
         previous_wake.append(view.run.wake_at)
         if view.run.cancel_requested:
             return cancelled(view)  # even a run whose workflow or values are unreadable
-        workflow = engine.registry.get(view.run.workflow)
+        try:
+            bodies = bodies_for(engine, view)
+        except UnknownWorkflowError as exc:
+            if outcome is None:
+                raise
+            # The step's work is done: keep its outcome, decide nothing.
+            unknown.append(exc)
+            return Decision()
         check_readable(view)
-        return replay(
-            workflow,
-            view,
-            engine.dispatcher.task_name,
-            engine.dispatcher.task_queue,
-            engine.registry.get,
-            engine.limits,
-        )
+        return replay_on(engine, bodies, view)[1]
 
     result: AdvanceResult | None
     try:
@@ -81,6 +83,9 @@ def advance(
         result = _fail_run(engine, run_id, outcome, exc)
         if result is None:
             return None
+    if unknown:
+        engine.store.mark_blocked(run_id, str(unknown[-1]))
+        log.warning("run %s: step outcome kept, run left blocked: %s", run_id, unknown[-1])
     publish(engine, result, previous_wake[0] if previous_wake else None, reason)
     if engine.observers and result.decision is not None and result.run.status.terminal:
         engine.observers.run_settled(result.run)
