@@ -151,7 +151,25 @@ class UnknownTaskError(WorkflowError, LookupError):
 
 
 class WorkflowNondeterminismError(WorkflowError):
-    """A replay reached steps in a different order than recorded."""
+    """A replay reached steps in a different order than recorded.
+
+    ``index`` is the step's number in the run (from 0, as in ``runs show``),
+    ``reached`` the step the body reached there and ``recorded`` the one the
+    history holds there (None when the body reused a name), each as
+    ``(kind, name)``; all None when unknown."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        reached: tuple[str, str] | None = None,
+        recorded: tuple[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.reached = reached
+        self.recorded = recorded
 
 
 class WorkflowLimitError(WorkflowError):

@@ -477,7 +477,9 @@ class Context:
                     f"step name {name!r} is used twice in run {self.run_id} "
                     f"(as step #{reached[name]} and step #{index}, numbered from 0 as "
                     "in runs show); "
-                    "step names must be unique within a run"
+                    "step names must be unique within a run",
+                    index=index,
+                    reached=(kind.value, name),
                 )
         reached[name] = index
         if name.startswith("now#"):
@@ -488,7 +490,10 @@ class Context:
                     f"replay of run {self.run_id} reached {kind.value} step {name!r} as step "
                     f"#{index} (numbered from 0 as in runs show), but step #{index} was "
                     f"recorded as {recorded.kind.value} step {recorded.name!r}; the workflow "
-                    "body must reach steps in the same order on every replay"
+                    "body must reach steps in the same order on every replay",
+                    index=index,
+                    reached=(kind.value, name),
+                    recorded=(recorded.kind.value, recorded.name),
                 )
             return self._settled_now.get(name, recorded)
         return None

@@ -440,6 +440,26 @@ class SQLWorkflowStore:
                 counts[AttemptStatus(status)] = int(n)
         return counts
 
+    @_prepared
+    def in_flight_views(self, after_id: str | None = None, limit: int = 500) -> list[RunView]:
+        st = self.statements
+        with self._one() as conn:
+            now = int(conn.execute(st.now).scalar_one())
+            params = {"p_after": after_id or "", "p_limit": limit}
+            runs = [run_from(r) for r in conn.execute(st.in_flight_runs, params)]
+            if not runs:
+                return []
+            ids = {"p_ids": [r.id for r in runs]}
+            steps: dict[str, list[StepState]] = {r.id: [] for r in runs}
+            for row in conn.execute(st.steps_of_runs, ids):
+                steps[row.run_id].append(step_from(row))
+            signals: dict[str, dict[str, JSON]] = {r.id: {} for r in runs}
+            for run_id, name, text in conn.execute(st.signals_of_runs, ids):
+                signals[run_id][name] = read_stored(
+                    text, "run {} signal {!r} payload", run_id, name
+                )
+        return [RunView(run=r, steps=steps[r.id], signals=signals[r.id], now=now) for r in runs]
+
     # --- steps ---------------------------------------------------------------
     @_prepared
     def get_steps(self, run_id: str) -> list[StepState]:

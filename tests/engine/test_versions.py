@@ -55,14 +55,18 @@ def patched_body(ctx: Context, _: Any = None) -> list[Any]:
     return [*done, ctx.step("d", "t.d")]
 
 
-def register(h: Harness, body: Callable[..., Any], version: str | None = None) -> Workflow:
-    return h.engine.workflow(body, name=NAME, version=version)
+def register(
+    h: Harness, body: Callable[..., Any], version: str | None = None, name: str = NAME
+) -> Workflow:
+    return h.engine.workflow(body, name=name, version=version)
 
 
-def parked_old_run(store: WorkflowStore, version: str | None = None) -> tuple[Harness, str]:
+def parked_old_run(
+    store: WorkflowStore, version: str | None = None, name: str = NAME
+) -> tuple[Harness, str]:
     """A run of the old code waiting for its signal after a, b and c."""
     old = deploy(store)
-    run = register(old, old_body, version).start()
+    run = register(old, old_body, version, name).start()
     old.run()
     assert [s.step.name for s in run.steps()] == ["a", "b", "c", "signal:go"]
     return old, run.run_id
