@@ -24,8 +24,8 @@ from rich.text import Text
 from ..celery.queues import QueueLease
 from ..engine.deploy_check import DeployCheck
 from ..engine.handle import StepHistory
-from ..engine.versions import HASH_PREFIX
 from ..engine.sweep import SweepReport
+from ..engine.versions import HASH_PREFIX
 from ..payload import UnreadableValue
 from ..store.model import AttemptStatus, RunState, StepKind, StepState, StepStatus
 from ..web.durations import (
