@@ -42,7 +42,7 @@ from ..errors import (
 )
 from ..payload import dumps, loads, read_stored
 from ..retry import ROLLED_BACK
-from ..sql.engines import now_ms_expr
+from ..sql.engines import READ_ONLY_OPTION, now_ms_expr
 from ..sql.runner import Runner, SQLAlchemyRunner
 from ..sql.transient import rolled_back
 from .base import Decide
@@ -443,7 +443,10 @@ class SQLWorkflowStore:
     @_prepared
     def in_flight_views(self, after_id: str | None = None, limit: int = 500) -> list[RunView]:
         st = self.statements
-        with self._one() as conn:
+        # One read-only transaction: one snapshot where the database gives
+        # one per transaction (SQLite, MySQL), and no write lock on SQLite.
+        reader = self._engine.execution_options(**{READ_ONLY_OPTION: True})
+        with reader.begin() as conn:
             now = int(conn.execute(st.now).scalar_one())
             params = {"p_after": after_id or "", "p_limit": limit}
             runs = [run_from(r) for r in conn.execute(st.in_flight_runs, params)]
