@@ -133,3 +133,14 @@ def test_the_testing_section_runs_under_pytest(tmp_path: Path) -> None:
     assert report["returncode"] == 0, report["output"]
     assert "2 passed" in report["output"]
     assert report["seconds"] < 30
+
+
+def test_the_versioning_blocks_patch_and_pin(tmp_path: Path) -> None:
+    report = run_scenario("versioning", tmp_path)
+    assert report["ship_order"]["status"] == "completed"
+    assert report["ship_order"]["steps"] == ["charge", "patch:gift-wrap", "wrap", "label"]
+    assert report["refund"]["status"] == "completed"
+    assert report["refund"]["steps"] == ["label", "charge-back"]  # version 2's path
+    shipped, refund = report["versions"]
+    assert shipped.startswith("src:") and refund == "2"
+    assert report["check"] == {"checked": 2, "ok": True}
