@@ -17,6 +17,7 @@ from ..errors import (
 from ..lease import hold_lease
 from ..payload import UnreadableValue
 from ..store.model import AdvanceResult, Decision, RunStatus, RunView, StepOutcome
+from .blocked import rewake_blocked
 from .choose import bodies_for, replay_on
 from .replay import cancelled, error_info
 
@@ -73,6 +74,7 @@ def advance(
     except UnknownWorkflowError as exc:
         # Another worker (a newer deploy) may know it: wait for it, visibly.
         engine.store.mark_blocked(run_id, str(exc))
+        rewake_blocked(engine, run_id, reason)
         raise
     except (PikkuError, ValueError, TypeError) as exc:
         # Pikku's own refusals, a value no database stores, a body or codec

@@ -176,6 +176,29 @@ def test_both_versions_registered_each_run_finishes_on_its_own(deploy: Deploy) -
     ]
 
 
+def test_a_worker_without_a_run_s_version_leaves_it_to_one_that_has_it(deploy: Deploy) -> None:
+    old = deploy.code("pinned-old")
+    deploy.start_workers("pinned-old")
+    old_run = old.pikku.start(PINNED).run_id
+    parked(old, old_run, deploy)
+
+    deploy.start_workers("pinned-new")  # a worker with version 2 only
+    old.pikku.send_signal(old_run, "go")
+
+    def blocked() -> str | None:
+        reason = old.pikku.handle(old_run).state().blocked
+        return reason if reason and "version '1'" in reason else None
+
+    wait_until(blocked, timeout=60, interval=0.1)
+    assert steps(old, old_run) == ["a", "b", "c", "signal:go"]  # nothing replayed there
+    assert old.pikku.handle(old_run).status() == RunStatus.RUNNING
+
+    deploy.start_workers("pinned-old")  # a worker that has version 1 comes back
+    assert old.pikku.handle(old_run).wait(timeout=60) == ["a", "b", "c", "d"]
+    assert old.pikku.handle(old_run).state().blocked is None
+    assert "which this worker does not have" in deploy.workers[1].log()
+
+
 def check_deploy(env: dict[str, str], code: str, database_url: str) -> tuple[int, Any]:
     """``pikku-celery -A tests.celery.realapp runs check-deploy --json`` on ``code``."""
     done = subprocess.run(

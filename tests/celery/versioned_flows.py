@@ -9,7 +9,8 @@ workers alike), as a deploy would change it:
   ``c`` removed), each part guarded by ``ctx.patched``;
 - ``new``: the same change unguarded;
 - ``pinned-old``: ``t.pinned``, the old body as version ``"1"``;
-- ``pinned-both``: version ``"1"`` and the new body as version ``"2"``.
+- ``pinned-both``: version ``"1"`` and the new body as version ``"2"``;
+- ``pinned-new``: version ``"2"`` alone (a worker lacking version ``"1"``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from celery import Celery
 
 from pikku_celery import Context, Pikku
 
-CODES = ("old", "patched", "new", "pinned-old", "pinned-both")
+CODES = ("old", "patched", "new", "pinned-old", "pinned-both", "pinned-new")
 VERSIONED, PINNED = "t.versioned", "t.pinned"
 
 
@@ -62,6 +63,7 @@ def install(app: Celery, pikku: Pikku, code: str) -> None:
     if code in ("old", "patched", "new"):
         pikku.workflow(name=VERSIONED)({"old": old, "patched": patched, "new": new}[code])
         return
-    pikku.workflow(name=PINNED, version="1")(old)
-    if code == "pinned-both":
+    if code != "pinned-new":
+        pikku.workflow(name=PINNED, version="1")(old)
+    if code != "pinned-old":
         pikku.workflow(name=PINNED, version="2")(new)

@@ -248,6 +248,13 @@ def test_a_worker_without_a_run_s_pinned_version_leaves_it_to_one_that_has_it(
     assert state.status == RunStatus.RUNNING
     assert state.blocked is not None and "version '1'" in state.blocked
     assert names(newer, run_id) == ["a", "b", "c", "signal:go"]  # nothing replayed
+    # The signal's wake-up is spent: the run is asked again later, backing off.
+    [again] = [m for m in newer.dispatcher.messages if m.reason.startswith("blocked")]
+    assert (again.run_id, again.reason) == (run_id, "blocked#0")
+    with pytest.raises(UnknownWorkflowVersionError):
+        newer.engine.orchestrate(run_id, again.reason)
+    waits = sorted(m.due for m in newer.dispatcher.messages if m.reason == "blocked#1")
+    assert len(waits) == 1 and waits[0] - again.due >= newer.engine.sweep_backoff
     old.engine.orchestrate(run_id)  # a worker with version 1 takes it
     old.run()
     assert old.engine.handle(run_id).wait(timeout=5) == ["a", "b", "c", "d"]
