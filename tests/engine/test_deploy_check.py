@@ -119,3 +119,15 @@ def test_the_check_writes_nothing(postgres_engine: sa.Engine) -> None:
     assert seen, "the listener saw no statement"
     assert all(s.lstrip().upper().startswith("SELECT") for s in seen), seen
     assert [store.get_run(r) for r in runs] == before
+
+
+def test_dropping_a_patch_while_runs_hold_its_marker_is_listed(store: WorkflowStore) -> None:
+    name = own_name()
+    patched = deploy(store)
+    run = patched.engine.workflow(patched_body, name=name).start()
+    patched.run()  # its history: a, patch:insert-x, x, ...
+    cleaned = deploy(store)
+    cleaned.engine.workflow(new_body, name=name)  # the patch calls removed
+    [found] = check(cleaned, name).failing
+    assert (found.run_id, found.index) == (run.run_id, 1)
+    assert found.recorded == ("value", "patch:insert-x") and found.reached == ("task", "x")
