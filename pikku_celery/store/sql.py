@@ -74,7 +74,7 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rows import attempt_from, run_from, run_params, step_from, step_params
+from .rows import attempt_from, run_from, run_params, step_from, step_params, steps_from
 from .rules import (
     EncodedDecision,
     child_outcome,
@@ -454,8 +454,8 @@ class SQLWorkflowStore:
                 return []
             ids = {"p_ids": [r.id for r in runs]}
             steps: dict[str, list[StepState]] = {r.id: [] for r in runs}
-            for row in conn.execute(st.steps_of_runs, ids):
-                steps[row.run_id].append(step_from(row))
+            for step in steps_from(conn.execute(st.steps_of_runs, ids)):
+                steps[step.run_id].append(step)
             signals: dict[str, dict[str, JSON]] = {r.id: {} for r in runs}
             for run_id, name, text in conn.execute(st.signals_of_runs, ids):
                 signals[run_id][name] = read_stored(
