@@ -172,6 +172,13 @@ class WorkflowNondeterminismError(WorkflowError):
         self.recorded = recorded
 
 
+class UnknownPatchError(UnknownWorkflowVersionError, WorkflowNondeterminismError):
+    """A run's history holds a ``ctx.patched`` marker where this code reaches
+    another step: newer code made the run (a rolling deploy), or the patch
+    call was removed while runs still hold it. The run is left, blocked, for
+    a worker whose code knows the patch, rather than failed."""
+
+
 class WorkflowLimitError(WorkflowError):
     """A run went past one of its bounds (steps, children, depth, a pass's budget)."""
 

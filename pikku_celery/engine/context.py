@@ -20,6 +20,7 @@ from typing_extensions import TypeVar
 from ..errors import (
     SignalTimeoutError,
     StepFailedError,
+    UnknownPatchError,
     WorkflowLimitError,
     WorkflowNondeterminismError,
 )
@@ -486,14 +487,27 @@ class Context:
             self._pass.now_reached += 1
         if recorded is not None:
             if recorded.name != name or recorded.kind != kind:
-                raise WorkflowNondeterminismError(
+                where = (
                     f"replay of run {self.run_id} reached {kind.value} step {name!r} as step "
                     f"#{index} (numbered from 0 as in runs show), but step #{index} was "
-                    f"recorded as {recorded.kind.value} step {recorded.name!r}; the workflow "
-                    "body must reach steps in the same order on every replay",
-                    index=index,
-                    reached=(kind.value, name),
-                    recorded=(recorded.kind.value, recorded.name),
+                    f"recorded as {recorded.kind.value} step {recorded.name!r}"
+                )
+                fields: dict[str, Any] = {
+                    "index": index,
+                    "reached": (kind.value, name),
+                    "recorded": (recorded.kind.value, recorded.name),
+                }
+                if recorded.kind == StepKind.VALUE and recorded.name.startswith(PATCH_PREFIX):
+                    raise UnknownPatchError(
+                        f"{where}, the marker of a ctx.patched this code never asks for "
+                        "there: newer code made the run, or the patch call was removed "
+                        "while runs hold it; left for a worker whose code knows the patch",
+                        **fields,
+                    )
+                raise WorkflowNondeterminismError(
+                    f"{where}; the workflow body must reach steps in the same order on "
+                    "every replay",
+                    **fields,
                 )
             return self._settled_now.get(name, recorded)
         return None

@@ -143,6 +143,8 @@ def _replay(engine: WorkflowEngine, workflow: Workflow[Any, Any], view: RunView)
 def _found(
     view: RunView, body: Workflow[Any, Any] | None, problem: Problem, exc: BaseException
 ) -> RunCheck:
+    if isinstance(exc, UnknownWorkflowError):
+        problem = "blocked"  # an unknown patch marker: left for code that knows it
     where = exc if isinstance(exc, WorkflowNondeterminismError) else None
     return RunCheck(
         run_id=view.run.id,

@@ -53,14 +53,14 @@ def advance(
             return cancelled(view)  # even a run whose workflow or values are unreadable
         try:
             bodies = bodies_for(engine, view)
+            check_readable(view)
+            return replay_on(engine, bodies, view)[1]
         except UnknownWorkflowError as exc:
             if outcome is None:
                 raise
             # The step's work is done: keep its outcome, decide nothing.
             unknown.append(exc)
             return Decision()
-        check_readable(view)
-        return replay_on(engine, bodies, view)[1]
 
     result: AdvanceResult | None
     try:

@@ -129,5 +129,6 @@ def test_dropping_a_patch_while_runs_hold_its_marker_is_listed(store: WorkflowSt
     cleaned = deploy(store)
     cleaned.engine.workflow(new_body, name=name)  # the patch calls removed
     [found] = check(cleaned, name).failing
-    assert (found.run_id, found.index) == (run.run_id, 1)
+    assert (found.run_id, found.index, found.problem) == (run.run_id, 1, "blocked")
     assert found.recorded == ("value", "patch:insert-x") and found.reached == ("task", "x")
+    assert found.error_type == "UnknownPatchError"

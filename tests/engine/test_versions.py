@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pikku_celery import UnknownWorkflowVersionError, WorkflowFailedError
+from pikku_celery import UnknownPatchError, UnknownWorkflowVersionError, WorkflowFailedError
 from pikku_celery.engine import Context, Workflow
 from pikku_celery.engine.versions import HASH_PREFIX, source_version, version_order
 from pikku_celery.errors import PayloadError
@@ -167,6 +167,29 @@ def test_a_run_that_had_not_reached_the_change_takes_the_new_path(store: Workflo
     new = deploy(store)
     new.engine.workflow(after, name=NAME)
     assert finish(new, run.run_id) == ["a", "b2"]
+
+
+def test_a_worker_on_code_before_the_patch_leaves_a_patched_run_to_newer_code(
+    store: WorkflowStore,
+) -> None:
+    """A rolling deploy: a run the patched code started (its markers recorded)
+    reaches a worker still on the old code, which neither fails it nor
+    replays it, but leaves it, blocked, to a worker that knows the patch."""
+    patched = deploy(store)
+    run = register(patched, patched_body).start()
+    patched.run()
+    assert names(patched, run.run_id)[:2] == ["a", "patch:insert-x"]
+    behind = deploy(store)
+    register(behind, old_body)
+    behind.engine.send_signal(run.run_id, "go")
+    with pytest.raises(UnknownPatchError):
+        behind.engine.orchestrate(run.run_id)
+    state = run.state()
+    assert state.status == RunStatus.RUNNING and "patch:insert-x" in (state.blocked or "")
+    assert [m.reason for m in behind.dispatcher.messages if m.kind == "run"][-1] == "blocked#0"
+    patched.engine.orchestrate(run.run_id)
+    patched.run()
+    assert run.wait(timeout=5) == ["a", "x", "b2", "d"]
 
 
 def test_patched_answers_the_same_when_asked_twice(store: WorkflowStore) -> None:
