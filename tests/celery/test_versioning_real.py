@@ -199,6 +199,27 @@ def test_a_worker_without_a_run_s_version_leaves_it_to_one_that_has_it(deploy: D
     assert "which this worker does not have" in deploy.workers[1].log()
 
 
+def test_an_old_worker_leaves_a_run_of_the_patched_code_to_a_newer_one(deploy: Deploy) -> None:
+    """A rolling deploy seen from behind: a run the patched code started
+    reaches a worker still on the old code, which leaves it blocked."""
+    patched = deploy.code("patched")
+    deploy.start_workers("patched")
+    run_id = patched.pikku.start(VERSIONED).run_id
+    assert parked(patched, run_id, deploy)[:2] == ["a", "patch:insert-x"]
+
+    deploy.start_workers("old")  # a worker not yet on the new code
+    patched.pikku.send_signal(run_id, "go")
+
+    def blocked() -> str | None:
+        reason = patched.pikku.handle(run_id).state().blocked
+        return reason if reason and "patch:insert-x" in reason else None
+
+    wait_until(blocked, timeout=60, interval=0.1)
+    assert patched.pikku.handle(run_id).status() == RunStatus.RUNNING
+    deploy.start_workers("patched")
+    assert patched.pikku.handle(run_id).wait(timeout=60) == ["a", "x", "b2", "d"]
+
+
 def check_deploy(env: dict[str, str], code: str, database_url: str) -> tuple[int, Any]:
     """``pikku-celery -A tests.celery.realapp runs check-deploy --json`` on ``code``."""
     done = subprocess.run(
