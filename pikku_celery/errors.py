@@ -142,12 +142,41 @@ class UnknownWorkflowError(WorkflowError, LookupError):
     """No workflow is registered under that name."""
 
 
+class UnknownWorkflowVersionError(UnknownWorkflowError):
+    """A run is pinned to a version of its workflow this worker does not have."""
+
+
 class UnknownTaskError(WorkflowError, LookupError):
     """A step names a task that is not registered with the workers' app."""
 
 
 class WorkflowNondeterminismError(WorkflowError):
-    """A replay reached steps in a different order than recorded."""
+    """A replay reached steps in a different order than recorded.
+
+    ``index`` is the step's number in the run (from 0, as in ``runs show``),
+    ``reached`` the step the body reached there and ``recorded`` the one the
+    history holds there (None when the body reused a name), each as
+    ``(kind, name)``; all None when unknown."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        reached: tuple[str, str] | None = None,
+        recorded: tuple[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.reached = reached
+        self.recorded = recorded
+
+
+class UnknownPatchError(UnknownWorkflowVersionError, WorkflowNondeterminismError):
+    """A run's history holds a ``ctx.patched`` marker where this code reaches
+    another step: newer code made the run (a rolling deploy), or the patch
+    call was removed while runs still hold it. The run is left, blocked, for
+    a worker whose code knows the patch, rather than failed."""
 
 
 class WorkflowLimitError(WorkflowError):

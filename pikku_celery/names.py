@@ -22,6 +22,11 @@ SIGNAL_PREFIX = "signal:"
 
 MAX_SIGNAL_NAME_LENGTH = MAX_NAME_LENGTH - len(SIGNAL_PREFIX)
 
+PATCH_PREFIX = "patch:"
+"""``ctx.patched(id)`` records its marker as the value step ``patch:<id>``."""
+
+MAX_PATCH_ID_LENGTH = MAX_NAME_LENGTH - len(PATCH_PREFIX)
+
 
 def check_name(value: Any, what: str, max_length: int = MAX_NAME_LENGTH) -> str:
     """Return ``value`` if it is a storable name, else raise :class:`PayloadError`.

@@ -53,6 +53,8 @@ BLOCKS = {
     "run_page_django": 'include("pikku_celery.contrib.django.urls")',
     "testing": "workflow_test_env(",
     "tracing": "tracing=True)",
+    "patched": 'ctx.patched("gift-wrap")',
+    "versions": '@pikku.workflow(name="refund", version="2")',
 }
 
 Namespace = dict[str, Any]
@@ -457,6 +459,28 @@ def scenario_tracing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     }
 
 
+def scenario_versioning(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The two blocks of "Changing a workflow that has runs in flight" on a
+    real worker: a patched body's run records its marker; a refund starts on
+    the newest version; the deploy check passes them on this code."""
+    from pikku_celery.engine.deploy_check import check_deploy
+
+    namespace = tutorial(blocks, scratch)
+    run_block(blocks["patched"], "patched", namespace)
+    run_block(blocks["versions"], "versions", namespace)
+    shipped, refund = namespace["ship_order"].start({"id": 3, "cents": 100}), namespace["refund"]
+    check = check_deploy(namespace["pikku"])  # both in flight, on this very code
+    with worker(namespace):
+        outputs = [shipped.wait(timeout=30), refund.wait(timeout=30)]
+    return {
+        "ship_order": run_report(shipped),
+        "refund": run_report(refund),
+        "versions": [shipped.state().workflow_version, refund.state().workflow_version],
+        "outputs": outputs,
+        "check": {"checked": check.checked, "ok": check.ok},
+    }
+
+
 PLUGIN = "pikku_celery.testing.pytest_plugin"
 
 
@@ -505,6 +529,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "run_page_django": scenario_run_page_django,
     "testing": scenario_testing,
     "tracing": scenario_tracing,
+    "versioning": scenario_versioning,
 }
 
 

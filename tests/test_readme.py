@@ -148,3 +148,14 @@ def test_the_tracing_snippet_makes_one_trace_per_run(tmp_path: Path) -> None:
     celery_spans = [s for s in spans if s["name"].startswith(("run/", "apply_async/"))]
     assert celery_spans
     assert {s["trace_id"] for s in spans} == {run["trace_id"]}
+
+
+def test_the_versioning_blocks_patch_and_pin(tmp_path: Path) -> None:
+    report = run_scenario("versioning", tmp_path)
+    assert report["ship_order"]["status"] == "completed"
+    assert report["ship_order"]["steps"] == ["charge", "patch:gift-wrap", "wrap", "label"]
+    assert report["refund"]["status"] == "completed"
+    assert report["refund"]["steps"] == ["label", "charge-back"]  # version 2's path
+    shipped, refund = report["versions"]
+    assert shipped.startswith("src:") and refund == "2"
+    assert report["check"] == {"checked": 2, "ok": True}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,8 +22,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..celery.queues import QueueLease
+from ..engine.deploy_check import DeployCheck
 from ..engine.handle import StepHistory
 from ..engine.sweep import SweepReport
+from ..engine.versions import HASH_PREFIX
 from ..payload import UnreadableValue
 from ..store.model import AttemptStatus, RunState, StepKind, StepState, StepStatus
 from ..web.durations import (
@@ -155,6 +158,7 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
     table = Table()
     table.add_column("run", no_wrap=True)
     table.add_column("workflow")
+    table.add_column("version", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("duration", justify="right", no_wrap=True)
@@ -166,12 +170,21 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
         table.add_row(
             styled(run.id),
             styled(run.workflow),
+            styled(short_version(run.workflow_version)),
             status_cell(status),
             styled(clock(run.created_at)),
             styled(human_seconds(run_duration_ms(run, now) / 1000)),
             styled(error_text(run.error) or _prefixed("blocked: ", _blocked(run)), "red"),
         )
     return titled(title, table)
+
+
+def short_version(version: str | None) -> str:
+    """A version as a listing shows it: a source hash cut to 8 digits, as git
+    shortens commits (``runs show`` and ``--json`` give it whole)."""
+    if version is None:
+        return ""
+    return version[: len(HASH_PREFIX) + 8] if version.startswith(HASH_PREFIX) else version
 
 
 def _cancelling(run: RunState) -> bool:
@@ -188,6 +201,7 @@ def run_panel(run: RunState, now: int) -> Text:
     rows: list[tuple[str, Text]] = [
         ("run", styled(run.id)),
         ("workflow", styled(run.workflow)),
+        ("version", styled(run.workflow_version or "none recorded (started before versions)")),
         ("status", status_cell(status)),
         ("created", styled(clock(run.created_at) + " UTC")),
         ("updated", styled(clock(run.updated_at) + " UTC")),
@@ -360,3 +374,103 @@ def sweep_table(report: SweepReport) -> Group:
         table.add_row(label, str(getattr(report, key)))
     table.add_row(Text("total", style="bold"), Text(str(report.total), style="bold"))
     return titled("sweep", table)
+
+
+# --- the deploy check --------------------------------------------------------
+
+
+def _step_json(step: tuple[str, str] | None) -> dict[str, str] | None:
+    return None if step is None else {"kind": step[0], "name": step[1]}
+
+
+def _step_text(step: tuple[str, str] | None) -> str:
+    return "-" if step is None else f"{step[0]} {step[1]!r}"
+
+
+def deploy_check_json(report: DeployCheck) -> dict[str, Any]:
+    """``runs check-deploy --json``: the runs that would fail, and the runs
+    in flight per workflow version."""
+    failing = Counter((c.workflow, c.version) for c in report.failing)
+    return {
+        "ok": report.ok,
+        "checked": report.checked,
+        "would_fail": len(report.failing),
+        "runs": [
+            {
+                "run_id": c.run_id,
+                "workflow": c.workflow,
+                "version": c.version,
+                "replays_on": c.replays_on,
+                "problem": c.problem,
+                "step": None
+                if c.index is None
+                else {
+                    "index": c.index,
+                    "recorded": _step_json(c.recorded),
+                    "reached": _step_json(c.reached),
+                },
+                "error": {"type": c.error_type, "message": c.message},
+            }
+            for c in report.failing
+        ],
+        "versions": [
+            {"workflow": w, "version": v, "runs": n, "would_fail": failing[(w, v)]}
+            for (w, v), n in sorted(
+                report.versions.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")
+            )
+        ],
+    }
+
+
+def deploy_check_tables(report: DeployCheck) -> Group:
+    """``runs check-deploy``: a summary line, the runs that would fail, and
+    the runs in flight per workflow version."""
+    verdict = (
+        "every one replays on this code"
+        if report.ok
+        else f"{len(report.failing)} would fail with this code"
+    )
+    parts: list[Any] = [
+        Text(
+            f"{report.checked} run(s) in flight replayed against the code on disk: {verdict}",
+            style="bold green" if report.ok else "bold red",
+        )
+    ]
+    if report.failing:
+        table = Table()
+        table.add_column("run", no_wrap=True)
+        table.add_column("workflow")
+        table.add_column("version", no_wrap=True)
+        table.add_column("problem", no_wrap=True)
+        table.add_column("step", justify="right", no_wrap=True)
+        table.add_column("recorded there")
+        table.add_column("this code reaches")
+        table.add_column("error")
+        for c in report.failing:
+            table.add_row(
+                styled(c.run_id),
+                styled(c.workflow),
+                styled(c.version or ""),
+                styled(c.problem, "red"),
+                styled("" if c.index is None else f"#{c.index}"),
+                styled(_step_text(c.recorded) if c.index is not None else ""),
+                styled(_step_text(c.reached) if c.index is not None else ""),
+                styled(compact(f"{c.error_type}: {c.message}", 200), "red"),
+            )
+        parts.append(titled("runs that would fail", table))
+    if report.versions:
+        failing = Counter((c.workflow, c.version) for c in report.failing)
+        versions = Table()
+        versions.add_column("workflow")
+        versions.add_column("version started on", no_wrap=True)
+        versions.add_column("runs", justify="right")
+        versions.add_column("would fail", justify="right")
+        for (w, v), n in sorted(report.versions.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+            versions.add_row(
+                styled(w),
+                styled(v or "none recorded"),
+                styled(str(n)),
+                styled(str(failing[(w, v)])),
+            )
+        parts.append(titled("runs in flight by version", versions))
+    return Group(*parts)

@@ -1,10 +1,11 @@
-"""``pikku-celery runs list | show | cancel | retry``: look at runs and steer them.
+"""``pikku-celery runs list | show | cancel | retry | check-deploy``: look at runs and steer them.
 
 Everything reads the store the app's Pikku was built on, or the one at
 ``--database-url``; "now" is the store's clock, so a lease's remaining time is
 the one the database judges. ``list`` and ``show`` need only the store;
 ``cancel`` and ``retry`` also send the run's wake-up through the app's Celery
-app, so with ``--database-url`` they still need ``-A``.
+app, so with ``--database-url`` they still need ``-A``; ``check-deploy``
+needs ``-A`` for the code it checks.
 """
 
 from __future__ import annotations
@@ -234,6 +235,40 @@ def retry_run(run_id: str, as_json: bool) -> None:
         return
     steps = ", ".join(f"{s.name!r} from attempt {s.attempt + 1}" for s in reopened)
     click.echo(f"run {run.id} ({run.workflow}) is {run.status.value} again: {_or_none(steps)}")
+
+
+@runs.command("check-deploy")
+@click.option(
+    "--workflow",
+    "workflows",
+    metavar="NAME",
+    multiple=True,
+    help="Only runs of this workflow (registered name); repeat for several.",
+)
+@database_url_option
+@json_option
+@friendly_errors
+def check_deploy_command(workflows: tuple[str, ...], as_json: bool) -> None:
+    """Replay every run in flight on the code on disk; list those that would fail.
+
+    Run it before a deploy (by hand or in CI) with -A naming the code you are
+    about to deploy and --database-url the database its workers will use.
+    Each run is replayed on the body a worker with this code would pick, over
+    its recorded history; nothing is written. Listed: runs whose replay
+    diverges (the step recorded there and the step this code reaches), runs
+    no body here may replay (an unknown workflow or pinned version: they
+    would stay blocked) and runs whose body raises. Exit code 1 if any.
+    """
+    from ..engine.deploy_check import check_deploy
+
+    pikku = state().workflows("the check replays runs on your app's workflows")
+    report = check_deploy(pikku, workflows=set(workflows) if workflows else None)
+    if as_json:
+        echo_json(render.deploy_check_json(report))
+    else:
+        render.console().print(render.deploy_check_tables(report))
+    if not report.ok:
+        click.get_current_context().exit(1)
 
 
 def _or_none(steps: str) -> str:

@@ -20,10 +20,17 @@ from typing_extensions import TypeVar
 from ..errors import (
     SignalTimeoutError,
     StepFailedError,
+    UnknownPatchError,
     WorkflowLimitError,
     WorkflowNondeterminismError,
 )
-from ..names import MAX_SIGNAL_NAME_LENGTH, SIGNAL_PREFIX, check_name
+from ..names import (
+    MAX_PATCH_ID_LENGTH,
+    MAX_SIGNAL_NAME_LENGTH,
+    PATCH_PREFIX,
+    SIGNAL_PREFIX,
+    check_name,
+)
 from ..payload import check_json
 from ..store.model import (
     JSON,
@@ -72,6 +79,7 @@ class _PassState:
     reached: dict[str, int] = field(default_factory=dict)  # step name -> its index
     now_reached: int = 0  # names reached starting "now#": the next ctx.now()'s number
     in_flight_wakes: list[int] = field(default_factory=list)
+    patches: dict[str, bool] = field(default_factory=dict)  # ctx.patched's answers
 
 
 def _seconds(value: float | timedelta) -> float:
@@ -145,6 +153,51 @@ class Context:
             return datetime.fromtimestamp(int(step.result) / 1000, tz=UTC)
         self._record(NewStep(name, 0, StepKind.VALUE, StepStatus.SUCCEEDED, result=self._view.now))
         return datetime.fromtimestamp(self._view.now / 1000, tz=UTC)
+
+    # --- changing a body that has runs in flight -------------------------------
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the new code path of change ``change_id``.
+
+        True for a run that reaches this point under the changed body: the
+        first time, a marker (the value step ``patch:<change_id>``) is
+        recorded in its history, so every replay says True again. False for
+        a run that passed this point before the change (its history has
+        another step here): it keeps to the old path, replay after replay.
+        Called again in the same run, it answers as it first did.
+        """
+        check_name(change_id, "patch id", MAX_PATCH_ID_LENGTH)
+        known = self._pass.patches.get(change_id)
+        if known is not None:
+            self._spend()
+            return known
+        name = PATCH_PREFIX + change_id
+        index = len(self._pass.reached)
+        recorded = self._recorded[index] if index < len(self._recorded) else None
+        if recorded is not None and not _is_marker(recorded, name):
+            self._spend()  # the run passed here before the marker existed
+            self._pass.patches[change_id] = False
+            return False
+        if self._reach(name, StepKind.VALUE) is None:
+            self._record(NewStep(name, 0, StepKind.VALUE, StepStatus.SUCCEEDED, result=True))
+        self._pass.patches[change_id] = True
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Change ``change_id``'s old path is gone: only its new path remains.
+
+        Replaces ``if ctx.patched(id): new() else: old()`` by ``deprecate_patch(id);
+        new()`` once no run in flight still takes the old path. A run that
+        recorded the marker replays past it; a new run records none, so once
+        no run with the marker is left (``runs check-deploy`` tells), the call
+        can go too.
+        """
+        check_name(change_id, "patch id", MAX_PATCH_ID_LENGTH)
+        self._spend()
+        name = PATCH_PREFIX + change_id
+        index = len(self._pass.reached)
+        recorded = self._recorded[index] if index < len(self._recorded) else None
+        if recorded is not None and _is_marker(recorded, name):
+            self._reach(name, StepKind.VALUE)
 
     # --- task steps ------------------------------------------------------------
     def step(
@@ -409,7 +462,7 @@ class Context:
                     0,
                     StepKind.CHILD,
                     StepStatus.RUNNING,
-                    child=NewRun(workflow=wf.name, input=input),
+                    child=NewRun(workflow=wf.name, input=input, workflow_version=wf.version),
                 )
             )
         return StepHandle(name)
@@ -430,18 +483,36 @@ class Context:
                     f"step name {name!r} is used twice in run {self.run_id} "
                     f"(as step #{reached[name]} and step #{index}, numbered from 0 as "
                     "in runs show); "
-                    "step names must be unique within a run"
+                    "step names must be unique within a run",
+                    index=index,
+                    reached=(kind.value, name),
                 )
         reached[name] = index
         if name.startswith("now#"):
             self._pass.now_reached += 1
         if recorded is not None:
             if recorded.name != name or recorded.kind != kind:
-                raise WorkflowNondeterminismError(
+                where = (
                     f"replay of run {self.run_id} reached {kind.value} step {name!r} as step "
                     f"#{index} (numbered from 0 as in runs show), but step #{index} was "
-                    f"recorded as {recorded.kind.value} step {recorded.name!r}; the workflow "
-                    "body must reach steps in the same order on every replay"
+                    f"recorded as {recorded.kind.value} step {recorded.name!r}"
+                )
+                fields: dict[str, Any] = {
+                    "index": index,
+                    "reached": (kind.value, name),
+                    "recorded": (recorded.kind.value, recorded.name),
+                }
+                if recorded.kind == StepKind.VALUE and recorded.name.startswith(PATCH_PREFIX):
+                    raise UnknownPatchError(
+                        f"{where}, the marker of a ctx.patched this code never asks for "
+                        "there: newer code made the run, or the patch call was removed "
+                        "while runs hold it; left for a worker whose code knows the patch",
+                        **fields,
+                    )
+                raise WorkflowNondeterminismError(
+                    f"{where}; the workflow body must reach steps in the same order on "
+                    "every replay",
+                    **fields,
                 )
             return self._settled_now.get(name, recorded)
         return None
@@ -497,6 +568,11 @@ def _route_options(
             raise ValueError(f"step {step!r}: priority must be an int 0-255, got {priority!r}")
         route["priority"] = priority
     return route
+
+
+def _is_marker(step: StepState, name: str) -> bool:
+    """Whether ``step`` is the recorded marker ``name`` of ``ctx.patched``."""
+    return step.kind == StepKind.VALUE and step.name == name
 
 
 def _step_failed(step: StepState) -> StepFailedError:

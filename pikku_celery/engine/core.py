@@ -159,16 +159,27 @@ class WorkflowEngine:
         *,
         name: str | None = None,
         eager_steps: bool = True,
+        version: str | int | None = None,
     ) -> Workflow[_In, _Out]: ...
 
     @overload
     def workflow(
-        self, fn: Callable[[Context], _Out], *, name: str | None = None, eager_steps: bool = True
+        self,
+        fn: Callable[[Context], _Out],
+        *,
+        name: str | None = None,
+        eager_steps: bool = True,
+        version: str | int | None = None,
     ) -> Workflow[None, _Out]: ...
 
     @overload
     def workflow(
-        self, fn: None = None, *, name: str | None = None, eager_steps: bool = True
+        self,
+        fn: None = None,
+        *,
+        name: str | None = None,
+        eager_steps: bool = True,
+        version: str | int | None = None,
     ) -> WorkflowDecorator: ...
 
     def workflow(
@@ -177,17 +188,24 @@ class WorkflowEngine:
         *,
         name: str | None = None,
         eager_steps: bool = True,
+        version: str | int | None = None,
     ) -> Workflow[Any, Any] | WorkflowDecorator:
         """Register a workflow body ``fn(ctx, input)``; usable bare or with ``name=``.
 
         Typed from ``fn``: ``fn(ctx, input: In) -> Out`` gives a
         ``Workflow[In, Out]``, ``fn(ctx) -> Out`` a ``Workflow[None, Out]``.
         ``eager_steps=False`` sends each of its steps through the broker.
+        ``version=`` registers one of several bodies under one name: each run
+        replays on the version it started on, new runs start on the newest.
         """
 
         def register(f: WorkflowFunction) -> Workflow[Any, Any]:
             wf = Workflow(
-                self, f, name or f"{f.__module__}.{f.__qualname__}", eager_steps=eager_steps
+                self,
+                f,
+                name or f"{f.__module__}.{f.__qualname__}",
+                version,
+                eager_steps=eager_steps,
             )
             self.registry.add(wf)
             return wf
@@ -241,6 +259,7 @@ class WorkflowEngine:
                 input=input,
                 idempotency_key=idempotency_key,
                 trace_context=starting.trace_context,
+                workflow_version=wf.version,
             )
             if idempotency_key is None:
                 # Created by its first pass: in one write where the store can.

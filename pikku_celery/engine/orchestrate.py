@@ -17,8 +17,10 @@ from ..errors import (
 from ..lease import hold_lease
 from ..payload import UnreadableValue
 from ..store.model import AdvanceResult, Decision, NewRun, RunStatus, RunView, StepOutcome
+from .blocked import rewake_blocked
+from .choose import bodies_for, replay_on
 from .observe import Carrier
-from .replay import cancelled, error_info, replay
+from .replay import cancelled, error_info
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -55,21 +57,22 @@ def advance(
     what was already decided is never lost, and the run is not retried forever.
     """
     previous_wake: list[int | None] = []
+    unknown: list[UnknownWorkflowError] = []
 
     def decide(view: RunView) -> Decision:
         previous_wake.append(view.run.wake_at)
         if view.run.cancel_requested:
             return cancelled(view)  # even a run whose workflow or values are unreadable
-        workflow = engine.registry.get(view.run.workflow)
-        check_readable(view)
-        decision = replay(
-            workflow,
-            view,
-            engine.dispatcher.task_name,
-            engine.dispatcher.task_queue,
-            engine.registry.get,
-            engine.limits,
-        )
+        try:
+            bodies = bodies_for(engine, view)
+            check_readable(view)
+            workflow, decision = replay_on(engine, bodies, view)
+        except UnknownWorkflowError as exc:
+            if outcome is None:
+                raise
+            # The step's work is done: keep its outcome, decide nothing.
+            unknown.append(exc)
+            return Decision()
         if offer is not None and workflow.eager_steps:
             offer.choose(decision)
         return decision
@@ -93,6 +96,7 @@ def advance(
     except UnknownWorkflowError as exc:
         # Another worker (a newer deploy) may know it: wait for it, visibly.
         engine.store.mark_blocked(run_id, str(exc))
+        rewake_blocked(engine, run_id, reason)
         raise
     except (PikkuError, ValueError, TypeError) as exc:
         # Pikku's own refusals, a value no database stores, a body or codec
@@ -103,6 +107,9 @@ def advance(
         result = _fail_run(engine, run_id, outcome, exc)
         if result is None:
             return None
+    if unknown:
+        engine.store.mark_blocked(run_id, str(unknown[-1]))
+        log.warning("run %s: step outcome kept, run left blocked: %s", run_id, unknown[-1])
     publish(engine, result, previous_wake[0] if previous_wake else None, reason)
     if engine.observers and result.decision is not None and result.run.status.terminal:
         engine.observers.run_settled(result.run)

@@ -10,7 +10,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import PayloadError, WorkflowLimitError, WorkflowNondeterminismError
+from ..errors import (
+    PayloadError,
+    UnknownPatchError,
+    WorkflowLimitError,
+    WorkflowNondeterminismError,
+)
 from ..payload import check_json
 from ..store.model import Decision, ErrorInfo, RunStatus, RunView, StepKind
 from .context import Context, Suspend, pass_state
@@ -59,6 +64,8 @@ def replay(
         decision, wakes = pass_state(ctx)
         decision.wake_at = min(wakes) if wakes else None
         return decision
+    except UnknownPatchError:
+        raise  # not this worker's to decide: the run waits for code that knows the patch
     except PassBudgetSpent as spent:
         # Nothing the pass recorded is kept: a runaway body's steps are noise.
         return Decision(run_status=RunStatus.FAILED, error=error_info(WorkflowLimitError(spent)))

@@ -10,6 +10,7 @@ from typing_extensions import TypeVar
 
 from ..errors import UnknownWorkflowError
 from ..store.model import JSON
+from .versions import explicit_version, source_version, version_order
 
 if TYPE_CHECKING:
     from .context import Context
@@ -46,6 +47,7 @@ class Workflow(Generic[In, Out]):
         engine: WorkflowEngine,
         fn: Callable[..., Out],
         name: str,
+        version: str | int | None = None,
         *,
         eager_steps: bool = True,
     ) -> None:
@@ -55,6 +57,11 @@ class Workflow(Generic[In, Out]):
         # Final: read-only to the type checker, which is what makes In/Out's variance sound.
         self.fn: Final = fn
         self.name = name
+        self.pinned = version is not None
+        """Whether the version was given (it pins its runs) rather than hashed."""
+        self.version = explicit_version(version) if version is not None else source_version(fn)
+        """What each run started on this body records: ``version=``, else
+        ``src:`` and a hash of the body's source (see :mod:`.versions`)."""
         params = list(inspect.signature(fn).parameters.values())
         self._takes_input = len(params) >= 2 or any(p.kind in (p.VAR_POSITIONAL,) for p in params)
         self.__doc__ = fn.__doc__
@@ -76,11 +83,14 @@ class Workflow(Generic[In, Out]):
         """Start a run; with an ``idempotency_key`` already used, the first run.
 
         ``input`` may be left out only when the workflow's input may be None.
+        A new run starts on the newest version registered under this name,
+        whichever version's object it is called on.
         """
         return self.engine.start(self, input, idempotency_key=idempotency_key)
 
     def __repr__(self) -> str:
-        return f"<Workflow {self.name}>"
+        shown = f" version {self.version}" if self.pinned else ""
+        return f"<Workflow {self.name}{shown}>"
 
 
 class WorkflowDecorator(Protocol):
@@ -94,24 +104,53 @@ class WorkflowDecorator(Protocol):
 
 
 class WorkflowRegistry:
-    """Workflows by name: messages name a workflow, never carry code."""
+    """Workflows by name and version: messages name a workflow, never carry code.
+
+    A name holds either one body without a version or any number of
+    explicitly versioned ones; the newest (the highest version, see
+    :func:`~.versions.version_order`) is the one new runs start on.
+    """
 
     def __init__(self) -> None:
-        self._by_name: dict[str, Workflow[Any, Any]] = {}
+        self._by_name: dict[str, list[Workflow[Any, Any]]] = {}
 
     def add(self, workflow: Workflow[Any, Any]) -> None:
-        """Register a workflow; a different function under a taken name is refused."""
-        existing = self._by_name.get(workflow.name)
-        if existing is not None and existing.fn is not workflow.fn:
-            raise ValueError(f"a different workflow is already registered as {workflow.name!r}")
-        self._by_name[workflow.name] = workflow
+        """Register a workflow; a different function under a taken name and
+        version, or a body without a version beside versioned ones, is refused."""
+        bodies = self._by_name.setdefault(workflow.name, [])
+        for i, existing in enumerate(bodies):
+            if existing.fn is workflow.fn:
+                bodies[i] = workflow
+                return
+        if bodies and not (workflow.pinned and bodies[0].pinned):
+            if not workflow.pinned and not bodies[0].pinned:
+                raise ValueError(
+                    f"a different workflow is already registered as {workflow.name!r} "
+                    "(to keep several bodies under one name, give each a version=)"
+                )
+            raise ValueError(
+                f"workflow {workflow.name!r}: give every body registered under it a "
+                "version= (one without a version cannot be told apart from the others)"
+            )
+        if any(existing.version == workflow.version for existing in bodies):
+            raise ValueError(
+                f"a different workflow is already registered as {workflow.name!r} "
+                f"version {workflow.version!r}"
+            )
+        bodies.append(workflow)
+        bodies.sort(key=lambda wf: version_order(wf.version), reverse=True)
 
     def get(self, name: str | Workflow[Any, Any]) -> Workflow[Any, Any]:
-        """The workflow registered under ``name``; :class:`UnknownWorkflowError` if none."""
+        """The newest version registered under ``name``; :class:`UnknownWorkflowError` if none."""
         if isinstance(name, Workflow):
             return self.get(name.name)
+        return self.versions(name)[0]
+
+    def versions(self, name: str) -> list[Workflow[Any, Any]]:
+        """Every version registered under ``name``, newest first;
+        :class:`UnknownWorkflowError` if none."""
         try:
-            return self._by_name[name]
+            return list(self._by_name[name])
         except (KeyError, TypeError):
             known = ", ".join(sorted(self._by_name)) or "none"
             raise UnknownWorkflowError(

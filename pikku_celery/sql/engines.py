@@ -35,6 +35,11 @@ def now_ms_expr(dialect_name: str) -> sa.ColumnElement[int]:
     return sa.literal_column(now_ms_sql(dialect_name), sa.BigInteger())
 
 
+READ_ONLY_OPTION = "pikku_read_only"
+"""An execution option: this connection's transactions only read (on SQLite
+they then begin deferred, taking no write lock)."""
+
+
 def create_sqlite_engine(url: str, **kwargs: Any) -> sa.Engine:
     """An SQLite engine fit for several threads and processes.
 
@@ -56,7 +61,10 @@ def create_sqlite_engine(url: str, **kwargs: Any) -> sa.Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A reader that asks (READ_ONLY) takes no write lock: it reads a WAL
+        # snapshot beside the writer instead of queueing behind it.
+        read_only = conn.get_execution_options().get(READ_ONLY_OPTION)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 

@@ -107,6 +107,14 @@ class WorkflowStore(Protocol):
         name, which is the one its wait sees); empty for an unknown run."""
         ...
 
+    def in_flight_views(self, after_id: str | None = None, limit: int = 500) -> list[RunView]:
+        """Runs not yet settled, each with its steps (in order) and signals, as
+        a pass would see them: at most ``limit``, by id, after ``after_id``.
+
+        Read in bulk for the deploy check (a few statements per page, none
+        per run); reads only."""
+        ...
+
     # --- steps ---------------------------------------------------------------
     def get_steps(self, run_id: str) -> list[StepState]:
         """All steps of a run in one query, in the order they were recorded."""

@@ -228,6 +228,27 @@ class InMemoryWorkflowStore:
             return dict(self._signals.get(run_id, {}))
 
     # --- steps ---------------------------------------------------------------
+    def in_flight_views(self, after_id: str | None = None, limit: int = 500) -> list[RunView]:
+        with self._lock:
+            now = self._clock()
+            runs = sorted(
+                (
+                    r
+                    for r in self._runs.values()
+                    if not r.status.terminal and (after_id is None or r.id > after_id)
+                ),
+                key=lambda r: r.id,
+            )[:limit]
+            return [
+                RunView(
+                    run=r,
+                    steps=[self._steps[sid] for sid in self._run_steps[r.id]],
+                    signals=dict(self._signals[r.id]),
+                    now=now,
+                )
+                for r in runs
+            ]
+
     def get_steps(self, run_id: str) -> list[StepState]:
         with self._lock:
             return [self._steps[s] for s in self._run_steps.get(run_id, [])]

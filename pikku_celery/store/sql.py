@@ -42,7 +42,7 @@ from ..errors import (
 )
 from ..payload import dumps, loads, read_stored
 from ..retry import ROLLED_BACK
-from ..sql.engines import now_ms_expr
+from ..sql.engines import READ_ONLY_OPTION, now_ms_expr
 from ..sql.runner import Runner, SQLAlchemyRunner
 from ..sql.transient import rolled_back
 from .base import Decide, SettleWatch
@@ -78,7 +78,15 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rows import attempt_from, attempt_params, run_from, run_params, step_from, step_params
+from .rows import (
+    attempt_from,
+    attempt_params,
+    run_from,
+    run_params,
+    step_from,
+    step_params,
+    steps_from,
+)
 from .rules import (
     EncodedDecision,
     child_outcome,
@@ -443,6 +451,29 @@ class SQLWorkflowStore:
             for status, n in conn.execute(self.statements.attempts_by_status):
                 counts[AttemptStatus(status)] = int(n)
         return counts
+
+    @_prepared
+    def in_flight_views(self, after_id: str | None = None, limit: int = 500) -> list[RunView]:
+        st = self.statements
+        # One read-only transaction: one snapshot where the database gives
+        # one per transaction (SQLite, MySQL), and no write lock on SQLite.
+        reader = self._engine.execution_options(**{READ_ONLY_OPTION: True})
+        with reader.begin() as conn:
+            now = int(conn.execute(st.now).scalar_one())
+            params = {"p_after": after_id or "", "p_limit": limit}
+            runs = [run_from(r) for r in conn.execute(st.in_flight_runs, params)]
+            if not runs:
+                return []
+            ids = {"p_ids": [r.id for r in runs]}
+            steps: dict[str, list[StepState]] = {r.id: [] for r in runs}
+            for step in steps_from(conn.execute(st.steps_of_runs, ids)):
+                steps[step.run_id].append(step)
+            signals: dict[str, dict[str, JSON]] = {r.id: {} for r in runs}
+            for run_id, name, text in conn.execute(st.signals_of_runs, ids):
+                signals[run_id][name] = read_stored(
+                    text, "run {} signal {!r} payload", run_id, name
+                )
+        return [RunView(run=r, steps=steps[r.id], signals=signals[r.id], now=now) for r in runs]
 
     # --- steps ---------------------------------------------------------------
     @_prepared

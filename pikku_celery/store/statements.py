@@ -189,6 +189,7 @@ class Statements:
         self._outcomes(now, at)
         self._pass_writes(now, at)
         self._sweep(now, at)
+        self._in_flight()
 
     def named(self) -> dict[str, sa.ClauseElement]:
         """Every statement by name; a family built per shape (``list_runs``,
@@ -628,6 +629,21 @@ class Statements:
             )
             .order_by(R.c.updated_at)
             .limit(_p("limit", sa.Integer()))
+        )
+
+    def _in_flight(self) -> None:
+        """The deploy check's bulk read: runs not settled, a page at a time by
+        id, then the steps and signals of a whole page in one statement each."""
+        self.in_flight_runs = (
+            sa.select(R)
+            .where(_not_terminal(R), R.c.id > _p("after"))
+            .order_by(R.c.id)
+            .limit(_p("limit", sa.Integer()))
+        )
+        page: sa.BindParameter[Any] = sa.bindparam("p_ids", expanding=True)
+        self.steps_of_runs = sa.select(S).where(S.c.run_id.in_(page)).order_by(S.c.run_id, S.c.seq)
+        self.signals_of_runs = sa.select(G.c.run_id, G.c.name, G.c.payload).where(
+            G.c.run_id.in_(page)
         )
 
     @functools.lru_cache(maxsize=32)  # noqa: B019 - built once per dialect, kept for good

@@ -74,6 +74,7 @@ def run_summary(run: RunState, now: int) -> dict[str, Any]:
     return {
         "id": run.id,
         "workflow": run.workflow,
+        "workflow_version": run.workflow_version,  # the version it started on (None: unknown)
         "status": run.status.value,
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),

@@ -3,8 +3,9 @@
 :func:`build` makes the app from a settings mapping, so the test process and
 its workers agree: ``PIKKU_T_BROKER``, ``PIKKU_T_DATABASE``, ``PIKKU_T_QUEUE``
 (a per-session queue-name prefix), ``PIKKU_T_VISIBILITY``, ``PIKKU_T_SWEEP``
-(seconds), ``PIKKU_T_MARKS`` (a folder for pid marks) and ``PIKKU_T_METRICS``
-(``1``: the worker-side Prometheus metrics). Workers load the
+(seconds), ``PIKKU_T_MARKS`` (a folder for pid marks), ``PIKKU_T_METRICS``
+(``1``: the worker-side Prometheus metrics) and ``PIKKU_T_FLOW_CODE`` (the
+code of :mod:`.versioned_flows` it runs). Workers load the
 module-level ``app``, built from their environment.
 """
 
@@ -23,7 +24,7 @@ from celery import Celery
 
 from pikku_celery import Context, Pikku, Workflow, step_connection, transactional
 
-from . import shop
+from . import shop, versioned_flows
 
 ledger = sa.Table(
     "test_ledger",
@@ -91,6 +92,7 @@ def build(env: Mapping[str, str], **pikku_options: Any) -> TestApp:
         **pikku_options,
     )
     order = shop.install(app, pikku)
+    versioned_flows.install(app, pikku, env.get("PIKKU_T_FLOW_CODE", "old"))
     app.conf.task_routes = {"shop.label": {"queue": shipping_queue}}
 
     def bump(name: str) -> None:
@@ -176,3 +178,4 @@ def build(env: Mapping[str, str], **pikku_options: Any) -> TestApp:
 if os.environ.get("PIKKU_T_BROKER"):
     _built = build(os.environ)
     app = _built.app
+    pikku = _built.pikku  # what pikku-celery -A tests.celery.realapp finds

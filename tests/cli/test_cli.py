@@ -142,6 +142,7 @@ def test_runs_list_filters_and_pages(cliapp: Any) -> None:
     assert set(first) == {
         "id",
         "workflow",
+        "workflow_version",
         "status",
         "created_at",
         "updated_at",
@@ -864,7 +865,7 @@ def test_every_command_has_help() -> None:
 
 def test_every_command_takes_the_database_url() -> None:
     leaves = [p for p in _commands(main) if not isinstance(_command(p), click.Group)]
-    assert len(leaves) == 11
+    assert len(leaves) == 12
     for path in leaves:
         result = cli(*path, "--help")
         assert result.exit_code == 0, path

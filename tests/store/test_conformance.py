@@ -1151,3 +1151,28 @@ def test_steps_and_attempts_are_counted_by_status(store: WorkflowStore) -> None:
     assert attempts_by[AttemptStatus.SUPERSEDED] == 1
     assert attempts_by[AttemptStatus.FAILED] == 1
     assert sum(attempts_by.values()) == len(store.get_attempts(run.id)) == 3
+
+
+def test_in_flight_views_page_through_unsettled_runs_with_their_steps_and_signals(
+    store: WorkflowStore,
+) -> None:
+    live = [make_run(store, task("a", 0), task("b", 1), workflow_version="1")[0] for _ in range(5)]
+    ended, _ = make_run(store, task("a", 0))
+    record(store, ended.id, run_status=RunStatus.COMPLETED, output=1)
+    store.send_signal(live[2].id, "go", {"n": 2})
+    seen: list[RunView] = []
+    after: str | None = None
+    while True:
+        page = store.in_flight_views(after, 2)
+        seen += page
+        if len(page) < 2:
+            break
+        after = page[-1].run.id
+    assert [v.run.id for v in seen] == sorted(r.id for r in live)  # by id, the settled left out
+    for view in seen:
+        assert view.run == store.get_run(view.run.id)
+        assert view.steps == store.get_steps(view.run.id)
+        assert [s.name for s in view.steps] == ["a", "b"]
+        assert view.signals == ({"go": {"n": 2}} if view.run.id == live[2].id else {})
+        assert view.run.workflow_version == "1"
+    assert store.in_flight_views(max(r.id for r in live), 10) == []

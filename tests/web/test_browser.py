@@ -94,6 +94,8 @@ def test_the_list_shows_finished_failed_and_running_runs_with_counts(
         for status, n in counts.items():
             expect(page.locator(f'#counts [data-status="{status}"] .n')).to_have_text(str(n))
         expect(page.locator(f'tr[data-run-id="{failed}"]')).to_contain_text("courier exploded")
+        version = sqlite_pikku.registry.get(webapp.WAITS).version  # each run's, as it started
+        expect(page.locator(f'tr[data-run-id="{running}"] td.version')).to_have_text(version)
         shot(page, artifacts, "run-page-list.png")
 
         page.click('#counts [data-status="failed"]')  # a count is a filter
@@ -112,6 +114,7 @@ def test_the_list_shows_finished_failed_and_running_runs_with_counts(
 
         page.click(f'tr[data-run-id="{running}"] a')
         expect(page.locator("#run-workflow")).to_have_text(webapp.WAITS)
+        expect(page.locator("#run-version")).to_have_text(version)
         assert page.url.endswith(f"?run={running}")
 
 

@@ -186,13 +186,14 @@ function countLinks(counts, filters) {
 
 function runsTable(page) {
   if (!page.runs.length) return el("p", { class: "empty", id: "no-runs", text: "no runs match" });
-  const head = el("tr", {}, ["run", "workflow", "status", "created (UTC)", "duration", "idempotency key", "error"].map((h) => el("th", { text: h })));
+  const head = el("tr", {}, ["run", "workflow", "version", "status", "created (UTC)", "duration", "idempotency key", "error"].map((h) => el("th", { text: h })));
   const rows = page.runs.map((r) =>
     el(
       "tr",
       { dataset: { runId: r.id, status: r.status } },
       el("td", { class: "mono" }, link(`?run=${encodeURIComponent(r.id)}`, r.id)),
       el("td", { text: r.workflow }),
+      el("td", { class: "mono version", text: r.workflow_version ?? "" }),
       el("td", {}, badge(r.status), r.cancel_requested && !TERMINAL.has(r.status) ? el("span", { class: "hint", text: " cancelling" }) : null, r.blocked ? el("span", { class: "hint bad", text: " blocked", title: r.blocked }) : null),
       el("td", { class: "mono", text: clock(r.created_at) }),
       el("td", { class: "num", text: duration(r.duration_s) }),
@@ -266,6 +267,7 @@ function runHeader(data) {
   const run = data.run;
   const facts = [
     ["run", el("span", { class: "mono", id: "run-id", text: run.id })],
+    ["version", run.workflow_version ? el("span", { class: "mono", id: "run-version", text: run.workflow_version }) : null],
     ["idempotency key", run.idempotency_key ? el("span", { class: "mono", text: run.idempotency_key }) : null],
     ["created", clock(run.created_at)],
     ["updated", clock(run.updated_at)],
