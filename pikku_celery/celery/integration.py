@@ -9,11 +9,12 @@ connections in every worker process after fork.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from celery import Celery, signals
 
+from .. import canvas
 from ..engine.core import WorkflowEngine
 from ..engine.sweep import SweepReport
 from ..errors import (
@@ -36,6 +37,9 @@ from .dispatcher import (
 from .messages import InvalidMessageError, orchestrate_message, step_message
 from .queues import QueueLease, QueueLeases
 from .step_body import CeleryStepBody
+
+if TYPE_CHECKING:
+    from ..canvas import CanvasRun
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +113,7 @@ class Pikku(WorkflowEngine):
             self.observers.add(PrometheusObserver())
         _warn_unsafe_serializers(app)
         self._register_tasks()
+        canvas.install(self)
         if install_beat:
             self._install_beat()
         signals.worker_process_init.connect(self._after_fork, weak=False)
@@ -118,6 +123,21 @@ class Pikku(WorkflowEngine):
     def lease_for_queue(self, queue: str | None = None) -> QueueLease:
         """The step lease of ``queue`` (default queue when None) and its source."""
         return self.queue_leases.lease(queue)
+
+    def durable(self, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
+        """Run a Celery canvas (signature, chain, group, chord, nested) durably.
+
+        The canvas is checked whole and stored as one run before anything
+        runs; each node then runs as a step of it. Refused at once, nothing
+        stored: an unknown task, arguments that are not JSON, an unsupported
+        option, a link cycle, a chord with an empty header, a canvas above
+        ``max_input_bytes``. See the README's "Durable canvas".
+        """
+        return canvas.start(self, signature, idempotency_key)
+
+    def durable_run(self, run_id: str) -> CanvasRun:
+        """The :class:`CanvasRun` handle of a durable canvas's run id."""
+        return CanvasRun(self, self.handle(run_id).run_id)
 
     # --- wiring --------------------------------------------------------------
     def _register_tasks(self) -> None:

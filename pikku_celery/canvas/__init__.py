@@ -1,0 +1,33 @@
+"""Durable canvas: an existing Celery chain, group or chord run as one stored graph run.
+
+``pikku.durable(chain(a.s(1), b.s()))`` compiles the canvas into a JSON plan
+(:mod:`.plan`), stores it as the input of a run of the built-in
+``pikku.canvas`` workflow (:mod:`.interpret`), and returns a
+:class:`CanvasRun`. Each node runs as a step of that run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..names import check_name
+from ..payload import dumps
+from .handle import CanvasRun
+from .interpret import WORKFLOW
+from .plan import CanvasError, compile_plan
+from .tasks import install
+
+if TYPE_CHECKING:
+    from ..celery.integration import Pikku
+
+__all__ = ["WORKFLOW", "CanvasError", "CanvasRun", "install", "start"]
+
+
+def start(pikku: Pikku, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
+    """Check ``signature`` whole, store it as a run, take its first pass."""
+    plan = compile_plan(pikku.app, signature)
+    if idempotency_key is not None:
+        check_name(idempotency_key, "idempotency_key")
+    dumps(plan, "durable canvas", "the canvas", pikku.max_input_bytes)
+    run = pikku.start(WORKFLOW, plan, idempotency_key=idempotency_key)
+    return CanvasRun(pikku, run.run_id)
