@@ -109,7 +109,10 @@ class Evaluator:
         if isinstance(joined, Pending):
             return joined
         if isinstance(joined, Failed):
-            failed = _chord_error(self.driver.step_id(joined.step), joined)
+            # The chord's result raises the header member's own error (as
+            # ``AsyncResult.get()`` does, following the body's parents); the
+            # body's errbacks get Celery's ChordError naming that member.
+            chord_error = _chord_error(self.driver.step_id(joined.step), joined)
             body = node["body"]
             if body["t"] == "task":
                 # Celery calls the body's errbacks with the ChordError (and a
@@ -120,8 +123,8 @@ class Evaluator:
                     "args": list(body["args"]),
                     "kwargs": dict(body["kwargs"]),
                 }
-                self._errbacks(body, f"{path}.body", failed, request)
-            return failed
+                self._errbacks(body, f"{path}.body", chord_error, request)
+            return joined
         assert isinstance(joined, Done)
         return self.run(node["body"], f"{path}.body", [joined.value])
 
@@ -138,16 +141,9 @@ def _joined(outcomes: list[Outcome]) -> Outcome:
 
 
 def _chord_error(culprit_id: str, failed: Failed) -> Failed:
-    """Celery's error for a chord whose header failed: the body never runs."""
+    """The error Celery gives a chord's body whose header failed (no traceback:
+    the body never ran)."""
     error = failed.error
     reason = f"{error.get('type', 'Exception')}({error.get('message', '')!r})"
-    if error.get("type") == "ChordError":
-        return failed  # a nested chord's error passes up as it is
-    return Failed(
-        failed.step,
-        {
-            "type": "ChordError",
-            "message": f"Dependency {culprit_id} raised {reason}",
-            "traceback": str(error.get("traceback", "")),
-        },
-    )
+    message = f"Dependency {culprit_id} raised {reason}"
+    return Failed(failed.step, {"type": "ChordError", "message": message, "traceback": ""})
