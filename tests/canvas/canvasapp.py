@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from pikku_celery import Pikku
+from pikku_celery import Pikku, step_connection, transactional
 
 from ..celery import realapp
 
@@ -96,13 +96,12 @@ def install(app: Celery, pikku: Pikku, env: Mapping[str, str]) -> None:
             raise KeyError(f"attempt {n}")
         return value
 
+    @transactional
     @app.task(name="c.ledger", shared=False)
     def ledger(value: Any, key: str) -> Any:
-        """Counts each execution in the database (a worker kill cannot undo it)."""
-        engine = pikku.sql_engine
-        assert engine is not None
-        with engine.begin() as conn:
-            conn.execute(realapp.ledger.insert().values(key=key, pid=os.getpid()))
+        """Writes a ledger row in the step's own transaction: one row per
+        recorded success, whatever kills the worker."""
+        step_connection().execute(realapp.ledger.insert().values(key=key, pid=os.getpid()))
         return value
 
     @app.task(name="c.hang_first", shared=False)

@@ -1,0 +1,90 @@
+"""Bad canvas input is refused at ``durable(...)`` with a clear error, nothing stored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery, chain, chord, group
+
+from pikku_celery import PayloadError, Pikku, UnknownTaskError
+from pikku_celery.canvas import CanvasError
+
+CLOSED_BROKER = "amqp://guest:guest@127.0.0.1:1//"  # a publish would fail, not pass
+
+
+@pytest.fixture
+def pikku(tmp_path: Path) -> Iterator[Pikku]:
+    app = Celery("bad-canvas", broker=CLOSED_BROKER, set_as_current=False)
+    app.conf.broker_connection_retry = False
+    engine = Pikku(
+        app, f"sqlite:///{tmp_path / 'canvas.db'}", install_beat=False, max_input_bytes=20_000
+    )
+
+    @app.task(name="c.add", shared=False)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(name="c.tsum", shared=False)
+    def tsum(values: list[int]) -> int:
+        return sum(values)
+
+    yield engine
+    assert engine.sql_engine is not None
+    engine.sql_engine.dispose()
+
+
+def _refused(pikku: Pikku, canvas: Any, error: type[Exception], says: str) -> None:
+    with pytest.raises(error, match=says):
+        pikku.durable(canvas)
+    assert pikku.store.list_runs() == []  # nothing stored
+
+
+def test_an_unknown_task_is_refused(pikku: Pikku) -> None:
+    add = pikku.app.tasks["c.add"]
+    canvas = chain(add.s(1, 2), pikku.app.signature("c.nope"))
+    _refused(pikku, canvas, UnknownTaskError, r"canvas\.1: task 'c\.nope' is not registered")
+
+
+def test_arguments_that_are_not_json_are_refused_naming_the_node(pikku: Pikku) -> None:
+    add = pikku.app.tasks["c.add"]
+    canvas = group(add.s(1, 2), add.s(1, when=datetime(2026, 1, 1)))
+    _refused(pikku, canvas, PayloadError, r"canvas node canvas\.1 \(c\.add\): kwargs\['when'\]")
+
+
+def test_a_cycle_of_links_is_refused(pikku: Pikku) -> None:
+    add = pikku.app.tasks["c.add"]
+    first = add.s(1, 2)
+    second = add.s(3)
+    first.link(second)
+    second.link(first)
+    _refused(pikku, first, CanvasError, "a cycle")
+
+
+def test_a_chord_with_an_empty_header_is_refused(pikku: Pikku) -> None:
+    canvas = chord([], pikku.app.tasks["c.tsum"].s())
+    _refused(pikku, canvas, CanvasError, "empty header")
+
+
+def test_a_canvas_above_max_input_bytes_is_refused(pikku: Pikku) -> None:
+    add = pikku.app.tasks["c.add"]
+    canvas = group(add.s(i, "x" * 100) for i in range(300))
+    _refused(pikku, canvas, PayloadError, r"bytes of JSON, above the limit of 20000")
+
+
+def test_an_unsupported_option_is_refused(pikku: Pikku) -> None:
+    canvas = pikku.app.tasks["c.add"].s(1, 2).set(expires=30)
+    _refused(pikku, canvas, CanvasError, "option.* expires .* not supported durably")
+
+
+def test_an_errback_that_is_not_a_task_is_refused(pikku: Pikku) -> None:
+    add = pikku.app.tasks["c.add"]
+    canvas = add.s(1, 2).on_error(chain(add.s(1, 1), add.s(2)))
+    _refused(pikku, canvas, CanvasError, "link_error .* must be a task signature")
+
+
+def test_something_that_is_not_a_canvas_is_refused(pikku: Pikku) -> None:
+    _refused(pikku, "c.add", CanvasError, "takes a Celery signature")
