@@ -19,11 +19,15 @@ from .plan import Node
 
 @dataclass(frozen=True)
 class Done:
+    """A node that succeeded, with what ``AsyncResult.get()`` would return for it."""
+
     value: Any
 
 
 @dataclass(frozen=True)
 class Failed:
+    """A node that failed for good (its step's attempts, or its task's retries, spent)."""
+
     step: str
     """The step name of the node whose failure this is."""
     error: dict[str, Any]
@@ -40,6 +44,8 @@ Outcome = Done | Failed | Pending
 
 
 class Driver(Protocol):
+    """Where the walk learns each step's state (and starts the ones now ready)."""
+
     def task(self, path: str, node: Node, args: list[Any], kwargs: dict[str, Any]) -> Outcome:
         """The state of a task node's step, started with these arguments if new."""
 
@@ -58,6 +64,8 @@ class Evaluator:
         self.busy = False
 
     def run(self, node: Node, path: str, prepend: list[Any] | None) -> Outcome:
+        """The outcome of ``node`` at ``path``, ``prepend`` being what the
+        step before it passes on (None at the root: nothing)."""
         kind = node["t"]
         if kind == "task":
             return self._task(node, path, prepend)
