@@ -14,7 +14,7 @@ from ..names import check_name
 from ..payload import dumps
 from .handle import CanvasRun
 from .interpret import WORKFLOW
-from .plan import CanvasError, compile_plan
+from .plan import CanvasError, compile_plan, most_steps
 from .tasks import install
 
 if TYPE_CHECKING:
@@ -26,6 +26,12 @@ __all__ = ["WORKFLOW", "CanvasError", "CanvasRun", "install", "start"]
 def start(pikku: Pikku, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
     """Check ``signature`` whole, store it as a run, take its first pass."""
     plan = compile_plan(pikku.app, signature)
+    steps, limit = most_steps(plan["root"]), pikku.limits.max_steps_per_run
+    if steps > limit:
+        raise CanvasError(
+            f"the canvas may record {steps} steps (its tasks, countdowns and errbacks), "
+            f"above the limit of {limit} a run may record (max_steps_per_run)"
+        )
     if idempotency_key is not None:
         check_name(idempotency_key, "idempotency_key")
     dumps(plan, "durable canvas", "the canvas", pikku.max_input_bytes)

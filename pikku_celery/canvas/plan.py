@@ -339,6 +339,18 @@ def _attach_errback(node: Node, errback: Any, compiler: _Compiler, *, header: bo
         _attach_errback(node["body"], errback, compiler, header=header)
 
 
+def most_steps(node: Node) -> int:
+    """The most steps a run of ``node`` can record: each task, its countdown
+    timer, its links' steps and its errbacks (those only on failure)."""
+    kind = node["t"]
+    if kind in ("chain", "group"):
+        return sum(most_steps(n) for n in node["items"])
+    if kind == "chord":
+        return sum(most_steps(n) for n in node["header"]) + most_steps(node["body"])
+    own = 1 + (1 if node["countdown"] else 0) + len(node["errbacks"])
+    return own + sum(most_steps(n) for n in node["link"])
+
+
 def walk(node: Node) -> list[tuple[str, Node]]:
     """Every node of a plan under ``node`` with its path, depth first (for display)."""
     return list(_walk(node, ROOT))

@@ -21,7 +21,7 @@ def pikku(tmp_path: Path) -> Iterator[Pikku]:
     app = Celery("bad-canvas", broker=CLOSED_BROKER, set_as_current=False)
     app.conf.broker_connection_retry = False
     engine = Pikku(
-        app, f"sqlite:///{tmp_path / 'canvas.db'}", install_beat=False, max_input_bytes=20_000
+        app, f"sqlite:///{tmp_path / 'canvas.db'}", install_beat=False, max_input_bytes=200_000
     )
 
     @app.task(name="c.add", shared=False)
@@ -71,8 +71,14 @@ def test_a_chord_with_an_empty_header_is_refused(pikku: Pikku) -> None:
 
 def test_a_canvas_above_max_input_bytes_is_refused(pikku: Pikku) -> None:
     add = pikku.app.tasks["c.add"]
-    canvas = group(add.s(i, "x" * 100) for i in range(300))
-    _refused(pikku, canvas, PayloadError, r"bytes of JSON, above the limit of 20000")
+    canvas = group(add.s(i, "x" * 1000) for i in range(300))
+    _refused(pikku, canvas, PayloadError, r"bytes of JSON, above the limit of 200000")
+
+
+def test_a_canvas_with_more_steps_than_a_run_may_record_is_refused(pikku: Pikku) -> None:
+    add = pikku.app.tasks["c.add"]
+    canvas = group(add.s(i, 1) for i in range(pikku.limits.max_steps_per_run + 1))
+    _refused(pikku, canvas, CanvasError, r"may record 1001 steps .* \(max_steps_per_run\)")
 
 
 def test_an_unsupported_option_is_refused(pikku: Pikku) -> None:
