@@ -180,6 +180,50 @@ def _shapes() -> list[Shape]:
             records=("tries",),
         ),
         Shape(
+            "link on a chain (its last task)",
+            lambda s, si, t: chain(s("c.add", 1, 1), s("c.add", 1)).set(
+                link=s("c.record", f"{t}:link")
+            ),
+            records=("link",),
+        ),
+        Shape(
+            "link on a group (first member, immutable)",
+            lambda s, si, t: _linked(
+                group(s("c.add", 1, 1), s("c.add", 2, 2)), si("c.record", "g", f"{t}:link")
+            ),
+            records=("link",),
+        ),
+        Shape(
+            "link_error on a group (every member)",
+            lambda s, si, t: _erred(
+                group(s("c.boom", 5), s("c.add", 2, 2), s("c.boom", 6)),
+                s("c.record_new_errback", f"{t}:err"),
+            ),
+            records=("err",),
+        ),
+        Shape(
+            "link_error on a chord (its body)",
+            lambda s, si, t: _erred(
+                chord([s("c.add", 1, 1), s("c.add", 2, 2)], s("c.boom")),
+                s("c.record_new_errback", f"{t}:err"),
+            ),
+            records=("err",),
+        ),
+        Shape(
+            "chord in a chord header",
+            lambda s, si, t: chord(
+                [chord([s("c.add", 1, 1), s("c.add", 2, 2)], s("c.tsum")), s("c.add", 3, 3)],
+                s("c.tsum"),
+            ),
+        ),
+        Shape(
+            "link that is a chain",
+            lambda s, si, t: s("c.add", 1, 1).set(
+                link=chain(s("c.add", 10), s("c.record", f"{t}:link"))
+            ),
+            records=("link",),
+        ),
+        Shape(
             "queue, routing_key and priority options",
             lambda s, si, t: chain(
                 s("c.add", 1, 1).set(queue=QUEUES[1], priority=3),
@@ -193,6 +237,16 @@ def _shapes() -> list[Shape]:
     ]
 
 
+def _linked(sig: Signature, link: Signature) -> Signature:
+    sig.link(link)
+    return sig
+
+
+def _erred(sig: Signature, errback: Signature) -> Signature:
+    sig.link_error(errback)
+    return sig
+
+
 def _shown(outcome: Callable[[], Any]) -> str:
     try:
         value = outcome()
@@ -202,7 +256,14 @@ def _shown(outcome: Callable[[], Any]) -> str:
 
 
 def _records(cluster: CanvasCluster, tag: str, shape: Shape) -> dict[str, list[Any]]:
-    return {r: cluster.recorded(f"{tag}:{r}") for r in shape.records}
+    """What each record tag holds, in a stable order (group members' errbacks
+    run concurrently, in either system)."""
+    return {
+        r: sorted(cluster.recorded(f"{tag}:{r}"), key=json.dumps)
+        if r == "err"
+        else cluster.recorded(f"{tag}:{r}")
+        for r in shape.records
+    }
 
 
 def test_each_canvas_shape_gives_what_plain_celery_gives(
