@@ -3,37 +3,30 @@
 ``pikku.durable(chain(a.s(1), b.s()))`` compiles the canvas into a JSON plan
 (:mod:`.plan`), stores it as the input of a run of the built-in
 ``pikku.canvas`` workflow (:mod:`.interpret`), and returns a
-:class:`CanvasRun`. Each node runs as a step of that run.
+:class:`CanvasRun`. Each node runs as a step of that run. Reading a stored
+plan (:mod:`.shape`, :mod:`.names`) needs no Celery.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..names import check_name
-from ..payload import dumps
-from .handle import CanvasRun
-from .interpret import WORKFLOW
-from .plan import CanvasError, compile_plan, most_steps
-from .tasks import install
+from ..lazy import lazy_attributes
+from .names import WORKFLOW
 
 if TYPE_CHECKING:
-    from ..celery.integration import Pikku
+    from .handle import CanvasRun
+    from .plan import CanvasError
+    from .start import start
+    from .tasks import install
+
+_LAZY = {
+    "CanvasError": ".plan",
+    "CanvasRun": ".handle",
+    "install": ".tasks",
+    "start": ".start",
+}
 
 __all__ = ["WORKFLOW", "CanvasError", "CanvasRun", "install", "start"]
 
-
-def start(pikku: Pikku, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
-    """Check ``signature`` whole, store it as a run, take its first pass."""
-    plan = compile_plan(pikku.app, signature)
-    steps, limit = most_steps(plan["root"]), pikku.limits.max_steps_per_run
-    if steps > limit:
-        raise CanvasError(
-            f"the canvas may record {steps} steps (its tasks, countdowns and errbacks), "
-            f"above the limit of {limit} a run may record (max_steps_per_run)"
-        )
-    if idempotency_key is not None:
-        check_name(idempotency_key, "idempotency_key")
-    dumps(plan, "durable canvas", "the canvas", pikku.max_input_bytes)
-    run = pikku.start(WORKFLOW, plan, idempotency_key=idempotency_key)
-    return CanvasRun(pikku, run.run_id)
+__getattr__ = lazy_attributes(__name__, _LAZY)

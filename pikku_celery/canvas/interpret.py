@@ -17,10 +17,8 @@ from ..engine.context import Context, StepHandle, Suspend
 from ..errors import CorruptValueError, StepFailedError
 from ..store.model import JSON
 from .evaluate import PENDING, Done, Evaluator, Failed, Outcome
-from .plan import ERRBACK_TASK, PLAN_VERSION, ROOT, TAKEOVERS, Node
-
-WORKFLOW = "pikku.canvas"
-COUNTDOWN = ".countdown"
+from .names import COUNTDOWN, ERRBACK_TASK, ROOT
+from .plan import PLAN_VERSION, TAKEOVERS, Node
 
 
 def run_canvas(ctx: Context, plan: dict[str, Any]) -> JSON:

@@ -28,13 +28,9 @@ from celery.utils.functional import arity_greater
 from ..errors import PayloadError, UnknownTaskError
 from ..names import check_name
 from ..payload import check_json
+from .names import ERRBACK_TASK, ROOT
 
 PLAN_VERSION = 1
-ROOT = "canvas"
-"""The path of the plan's root node; every node's step name starts with it."""
-
-ERRBACK_TASK = "pikku_canvas.errback"
-"""pikku's task that calls a new-style errback ``(request, exc, traceback)``."""
 
 TAKEOVERS = 2
 """Attempts a node has beyond its task's own retries, for workers that die under it."""
@@ -51,11 +47,6 @@ Node = dict[str, Any]
 
 class CanvasError(PayloadError):
     """A canvas that cannot run durably: said at ``durable(...)``, nothing stored."""
-
-
-def is_node_step(name: str | None) -> bool:
-    """Whether a step is a canvas node (its task keeps Celery's retry rules)."""
-    return name is not None and (name == ROOT or name.startswith(ROOT + "."))
 
 
 def compile_plan(app: Celery, signature: Any) -> dict[str, Any]:
@@ -349,23 +340,3 @@ def most_steps(node: Node) -> int:
         return sum(most_steps(n) for n in node["header"]) + most_steps(node["body"])
     own = 1 + (1 if node["countdown"] else 0) + len(node["errbacks"])
     return own + sum(most_steps(n) for n in node["link"])
-
-
-def walk(node: Node) -> list[tuple[str, Node]]:
-    """Every node of a plan under ``node`` with its path, depth first (for display)."""
-    return list(_walk(node, ROOT))
-
-
-def _walk(node: Node, path: str) -> Any:
-    yield path, node
-    kind = node["t"]
-    if kind in ("chain", "group"):
-        for i, item in enumerate(node["items"]):
-            yield from _walk(item, f"{path}.{i}")
-    elif kind == "chord":
-        for i, item in enumerate(node["header"]):
-            yield from _walk(item, f"{path}.h{i}")
-        yield from _walk(node["body"], f"{path}.body")
-    else:
-        for i, link in enumerate(node["link"]):
-            yield from _walk(link, f"{path}.link{i}")

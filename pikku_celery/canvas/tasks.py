@@ -12,8 +12,8 @@ import celery.exceptions
 from celery import Celery
 from celery.app.task import Context as Request
 
-from .interpret import WORKFLOW, run_canvas
-from .plan import ERRBACK_TASK
+from .interpret import run_canvas
+from .names import ERRBACK_TASK, WORKFLOW
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku

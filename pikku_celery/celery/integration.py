@@ -9,12 +9,14 @@ connections in every worker process after fork.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from celery import Celery, signals
 
-from .. import canvas
+from ..canvas.handle import CanvasRun
+from ..canvas.start import start as start_canvas
+from ..canvas.tasks import install as install_canvas
 from ..engine.core import WorkflowEngine
 from ..engine.sweep import SweepReport
 from ..errors import (
@@ -37,9 +39,6 @@ from .dispatcher import (
 from .messages import InvalidMessageError, orchestrate_message, step_message
 from .queues import QueueLease, QueueLeases
 from .step_body import CeleryStepBody
-
-if TYPE_CHECKING:
-    from ..canvas import CanvasRun
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ class Pikku(WorkflowEngine):
             self.observers.add(PrometheusObserver())
         _warn_unsafe_serializers(app)
         self._register_tasks()
-        canvas.install(self)
+        install_canvas(self)
         if install_beat:
             self._install_beat()
         signals.worker_process_init.connect(self._after_fork, weak=False)
@@ -133,7 +132,7 @@ class Pikku(WorkflowEngine):
         option, a link cycle, a chord with an empty header, a canvas above
         ``max_input_bytes``. See the README's "Durable canvas".
         """
-        return canvas.start(self, signature, idempotency_key)
+        return start_canvas(self, signature, idempotency_key)
 
     def durable_run(self, run_id: str) -> CanvasRun:
         """The :class:`CanvasRun` handle of a durable canvas's run id."""

@@ -16,7 +16,7 @@ from celery import Celery
 from celery._state import _task_stack
 from celery.exceptions import Retry
 
-from ..canvas.plan import is_node_step
+from ..canvas.names import is_node_step
 from ..engine.execute import FinalStepError, RetryStep
 from ..engine.transactional import is_transactional
 from ..errors import UnknownTaskError

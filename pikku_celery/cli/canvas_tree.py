@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 from rich.tree import Tree
 
-from ..canvas.plan import ROOT, Node
+from ..canvas.shape import canvas_rows
 from ..engine.handle import StepHistory
 from ..store.model import RunState
 from .render import STATUS_STYLE
@@ -17,59 +17,35 @@ from .render import STATUS_STYLE
 
 def canvas_tree(run: RunState, steps: Sequence[StepHistory]) -> Tree | None:
     """The plan of a ``pikku.canvas`` run as a tree (None if its input is no plan)."""
-    plan = run.input
-    if not isinstance(plan, dict) or not isinstance(plan.get("root"), dict):
+    rows = canvas_rows(run.input)
+    if rows is None:
         return None
     by_name = {h.step.name: h for h in steps}
     tree = Tree(Text("canvas", style="bold"))
-    _add(tree, plan["root"], ROOT, by_name, "")
+    branches: list[Tree] = [tree]
+    for row in rows:
+        label = Text(f"{row['role'] + ': ' if row['role'] else ''}{row['label']}")
+        label.append(f"  {row['path']}", style="dim")
+        if row["kind"] in ("task", "link_error"):
+            _state(label, by_name.get(row["path"]))
+        del branches[row["depth"] + 1 :]
+        branches.append(branches[row["depth"]].add(label))
     return tree
 
 
-def _add(parent: Tree, node: Node, path: str, steps: dict[str, StepHistory], role: str) -> None:
-    kind = node.get("t")
-    if kind == "task":
-        branch = parent.add(_task_label(node, path, steps, role))
-        for i, link in enumerate(node.get("link", [])):
-            _add(branch, link, f"{path}.link{i}", steps, "link")
-        for i, errback in enumerate(node.get("errbacks", [])):
-            branch.add(_task_label(errback, f"{path}.err{i}", steps, "link_error"))
-        return
-    label = Text(f"{role + ': ' if role else ''}{kind}", style="bold")
-    label.append(f"  {path}", style="dim")
-    branch = parent.add(label)
-    if kind in ("chain", "group"):
-        for i, item in enumerate(node["items"]):
-            _add(branch, item, f"{path}.{i}", steps, "")
-    elif kind == "chord":
-        for i, item in enumerate(node["header"]):
-            _add(branch, item, f"{path}.h{i}", steps, "header")
-        _add(branch, node["body"], f"{path}.body", steps, "body")
-
-
-def _task_label(node: Node, path: str, steps: dict[str, StepHistory], role: str) -> Text:
-    args = ", ".join(_short(a) for a in node.get("args", []))
-    kwargs = ", ".join(f"{k}={_short(v)}" for k, v in node.get("kwargs", {}).items())
-    signature = f"{node.get('task')}({', '.join(p for p in (args, kwargs) if p)})"
-    if node.get("immutable"):
-        signature += " immutable"
-    label = Text(f"{role + ': ' if role else ''}{signature}")
-    label.append(f"  {path}", style="dim")
-    history = steps.get(path)
+def _state(label: Text, history: StepHistory | None) -> None:
     if history is None:
         label.append("  not started", style="dim")
-        return label
-    status = history.step.status.value
-    label.append(f"  {status}", style=STATUS_STYLE.get(status, ""))
-    label.append(f" (attempt {history.step.attempt})", style="dim")
-    if history.step.status.value == "succeeded":
-        label.append(f" -> {_short(history.step.result)}")
-    elif history.step.error:
-        error = history.step.error
-        label.append(f" {error.get('type')}: {error.get('message')}", style="red")
-    return label
+        return
+    step = history.step
+    label.append(f"  {step.status.value}", style=STATUS_STYLE.get(step.status.value, ""))
+    label.append(f" (attempt {step.attempt})", style="dim")
+    if step.status.value == "succeeded":
+        label.append(f" -> {_short(step.result)}")
+    elif step.error:
+        label.append(f" {step.error.get('type')}: {step.error.get('message')}", style="red")
 
 
-def _short(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

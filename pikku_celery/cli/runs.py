@@ -17,7 +17,7 @@ from typing import Any
 import click
 from rich.console import Group
 
-from ..canvas.interpret import WORKFLOW as CANVAS_WORKFLOW
+from ..canvas.names import WORKFLOW as CANVAS_WORKFLOW
 from ..store.model import RunStatus, StepKind, StepStatus
 from ..web import reads
 from ..web.reads import MAX_LIMIT, RunFilter

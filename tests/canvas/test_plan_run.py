@@ -8,7 +8,7 @@ import pytest
 from celery import chain, chord
 
 from pikku_celery import IdempotencyKeyReusedError, StepStatus
-from pikku_celery.canvas.plan import walk
+from pikku_celery.canvas.shape import walk
 from tests.cli.test_cli import cliapp, drive
 
 __all__ = ["cliapp"]  # the CLI tests' app (SQLite store, steps run by hand)
