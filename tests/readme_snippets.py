@@ -52,6 +52,7 @@ BLOCKS = {
     "run_page_flask": "run_page=True",
     "run_page_django": 'include("pikku_celery.contrib.django.urls")',
     "testing": "workflow_test_env(",
+    "canvas": "pikku.durable(canvas",
 }
 
 Namespace = dict[str, Any]
@@ -397,6 +398,22 @@ def scenario_run_page_django(blocks: dict[str, str], scratch: Path) -> dict[str,
     }
 
 
+def scenario_canvas(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The durable canvas block on the tutorial's app and worker; what it printed."""
+    namespace = tutorial(blocks, scratch)
+    printed = io.StringIO()
+    with worker(namespace), contextlib.redirect_stdout(printed):
+        run_block(blocks["canvas"], "canvas", namespace)
+    run = namespace["run"]
+    again = namespace["pikku"].durable(namespace["canvas"], idempotency_key="totals-1")
+    return {
+        "printed": printed.getvalue().splitlines(),
+        "run": run_report(run),
+        "workflow": run.state().workflow,
+        "same_run_again": again.run_id == run.run_id,
+    }
+
+
 PLUGIN = "pikku_celery.testing.pytest_plugin"
 
 
@@ -444,6 +461,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "run_page_flask": scenario_run_page_flask,
     "run_page_django": scenario_run_page_django,
     "testing": scenario_testing,
+    "canvas": scenario_canvas,
 }
 
 

@@ -133,3 +133,15 @@ def test_the_testing_section_runs_under_pytest(tmp_path: Path) -> None:
     assert report["returncode"] == 0, report["output"]
     assert "2 passed" in report["output"]
     assert report["seconds"] < 30
+
+
+def test_the_durable_canvas_block_runs_its_chain_and_chord(tmp_path: Path) -> None:
+    report = run_scenario("canvas", tmp_path)
+    assert report["printed"] == [
+        "36",
+        "['canvas.0', 'canvas.1.h0', 'canvas.1.h1', 'canvas.1.body']",
+    ]
+    assert report["run"]["status"] == "completed"
+    assert report["run"]["idempotency_key"] == "totals-1"
+    assert report["workflow"] == "pikku.canvas"
+    assert report["same_run_again"] is True
