@@ -98,7 +98,7 @@ class Evaluator:
         return outcome
 
     def _errbacks(self, node: Node, path: str, failed: Failed, request: dict[str, Any]) -> None:
-        for i, errback in enumerate(node["errbacks"]):
+        for i, errback in enumerate(node.get("errbacks", [])):
             if not self.driver.errback(f"{path}.err{i}", errback, failed, request):
                 self.busy = True
 
@@ -122,19 +122,38 @@ class Evaluator:
             # body's errbacks get Celery's ChordError naming that member.
             chord_error = _chord_error(self.driver.step_id(joined.step), joined)
             body = node["body"]
-            if body["t"] == "task":
-                # Celery calls the body's errbacks with the ChordError (and a
-                # request describing the body that never ran).
+            if body["t"] == "group":
+                self._group_body_errbacks(body, f"{path}.body", joined)
+            elif body["t"] in ("task", "chain"):
+                # Celery calls the body's errbacks (a chain's own) with the
+                # ChordError, under a request describing the body that never ran.
+                task = body["task"] if body["t"] == "task" else "celery.chain"
                 request = {
                     "id": self.driver.step_id(f"{path}.body"),
-                    "task": body["task"],
-                    "args": list(body["args"]),
-                    "kwargs": dict(body["kwargs"]),
+                    "task": task,
+                    "args": list(body.get("args", [])),
+                    "kwargs": dict(body.get("kwargs", {})),
                 }
                 self._errbacks(body, f"{path}.body", chord_error, request)
             return joined
         assert isinstance(joined, Done)
         return self.run(node["body"], f"{path}.body", [joined.value])
+
+    def _group_body_errbacks(self, body: Node, path: str, failed: Failed) -> None:
+        """A group body that will never run: Celery calls each member task's
+        errbacks with the header's own error (no traceback), under a request
+        that knows only the member's id."""
+        error = Failed(failed.step, {**failed.error, "traceback": ""})
+        for i, member in enumerate(body["items"]):
+            if member["t"] == "task":
+                member_path = f"{path}.{i}"
+                request = {
+                    "id": self.driver.step_id(member_path),
+                    "task": "unknown",
+                    "args": [],
+                    "kwargs": {},
+                }
+                self._errbacks(member, member_path, error, request)
 
 
 def _joined(outcomes: list[Outcome]) -> Outcome:

@@ -321,6 +321,11 @@ def _attach_errback(node: Node, errback: Any, compiler: _Compiler, *, header: bo
     if kind == "task":
         node["errbacks"].append(compiler.errback(errback, "errback", len(node["errbacks"])))
     elif kind in ("chain", "group"):
+        if kind == "chain":
+            # Kept on the chain too: a chord whose header failed calls the
+            # errbacks of its chain body, never run, from there.
+            errbacks = node.setdefault("errbacks", [])
+            errbacks.append(compiler.errback(errback, "errback", len(errbacks)))
         for item in node["items"]:
             _attach_errback(item, errback, compiler, header=header)
     else:
@@ -335,7 +340,7 @@ def most_steps(node: Node) -> int:
     timer, its links' steps and its errbacks (those only on failure)."""
     kind = node["t"]
     if kind in ("chain", "group"):
-        return sum(most_steps(n) for n in node["items"])
+        return sum(most_steps(n) for n in node["items"]) + len(node.get("errbacks", []))
     if kind == "chord":
         return sum(most_steps(n) for n in node["header"]) + most_steps(node["body"])
     own = 1 + (1 if node["countdown"] else 0) + len(node["errbacks"])

@@ -51,6 +51,8 @@ def _walk(node: Node, path: str, depth: int, role: str) -> Any:
     if kind in ("chain", "group"):
         for i, item in enumerate(node["items"]):
             yield from _walk(item, f"{path}.{i}", depth + 1, "")
+        for i, errback in enumerate(node.get("errbacks", [])):
+            yield f"{path}.err{i}", errback, depth + 1, "link_error"
     elif kind == "chord":
         for i, item in enumerate(node["header"]):
             yield from _walk(item, f"{path}.h{i}", depth + 1, "header")
