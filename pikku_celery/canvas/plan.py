@@ -173,7 +173,11 @@ class _Compiler:
                 route[key] = check_name(value, f"{path}: {key}")
         priority = sig.options.get("priority")
         if priority is not None:
-            if not isinstance(priority, int) or isinstance(priority, bool):
+            if (
+                not isinstance(priority, int)
+                or isinstance(priority, bool)
+                or not 0 <= priority <= 255
+            ):
                 raise CanvasError(f"{path}: priority must be an int 0-255, got {priority!r}")
             route["priority"] = priority
         countdown = sig.options.get("countdown")

@@ -26,5 +26,6 @@ def start(pikku: Pikku, signature: Any, idempotency_key: str | None = None) -> C
     if idempotency_key is not None:
         check_name(idempotency_key, "idempotency_key")
     dumps(plan, "durable canvas", "the canvas", pikku.max_input_bytes)
-    run = pikku.start(WORKFLOW, plan, idempotency_key=idempotency_key)
+    workflow = pikku.registry.get(WORKFLOW)  # as the workflow itself: never refused
+    run = pikku.start(workflow, plan, idempotency_key=idempotency_key)
     return CanvasRun(pikku, run.run_id)

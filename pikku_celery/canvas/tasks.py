@@ -23,7 +23,11 @@ log = logging.getLogger(__name__)
 
 def install(pikku: Pikku) -> None:
     """Register the canvas workflow and the errback task on ``pikku``'s app."""
-    pikku.workflow(run_canvas, name=WORKFLOW)
+    canvas = pikku.workflow(run_canvas, name=WORKFLOW)
+    canvas.by_name_refusal = (
+        "its input names the tasks to run, so it is started by pikku.durable(canvas), "
+        "which checks the canvas"
+    )
     app = pikku.app
 
     def call_errback(errback: dict[str, Any], failed: dict[str, Any]) -> None:

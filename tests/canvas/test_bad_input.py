@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from celery import Celery, chain, chord, group
 
-from pikku_celery import PayloadError, Pikku, UnknownTaskError
+from pikku_celery import PayloadError, Pikku, UnknownTaskError, UnknownWorkflowError
 from pikku_celery.canvas import CanvasError
 
 CLOSED_BROKER = "amqp://guest:guest@127.0.0.1:1//"  # a publish would fail, not pass
@@ -86,6 +86,22 @@ def test_an_unsupported_option_is_refused(pikku: Pikku) -> None:
     _refused(pikku, canvas, CanvasError, "option.* expires .* not supported durably")
 
 
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"priority": 300}, "priority must be an int 0-255"),
+        ({"queue": ""}, "queue must not be empty"),
+        ({"countdown": "soon"}, "countdown must be a number"),
+    ],
+)
+def test_a_bad_routing_option_on_a_later_node_is_refused_before_the_run_starts(
+    pikku: Pikku, options: dict[str, Any], says: str
+) -> None:
+    add = pikku.app.tasks["c.add"]
+    canvas = chain(add.s(1, 2), add.s(3).set(**options))
+    _refused(pikku, canvas, PayloadError, says)
+
+
 def test_an_errback_that_is_not_a_task_is_refused(pikku: Pikku) -> None:
     add = pikku.app.tasks["c.add"]
     canvas = add.s(1, 2).on_error(chain(add.s(1, 1), add.s(2)))
@@ -94,3 +110,22 @@ def test_an_errback_that_is_not_a_task_is_refused(pikku: Pikku) -> None:
 
 def test_something_that_is_not_a_canvas_is_refused(pikku: Pikku) -> None:
     _refused(pikku, "c.add", CanvasError, "takes a Celery signature")
+
+
+def test_the_canvas_workflow_cannot_be_started_by_name(pikku: Pikku) -> None:
+    # Its input names the tasks to run: only durable(), which checks the
+    # canvas, starts it; by name (the web API, the CLI) it is refused.
+    from flask import Flask
+
+    from pikku_celery.contrib.flask import PikkuFlask, make_blueprint
+
+    plan = {"pikku_canvas": 1, "root": {"t": "task", "task": "c.add", "args": [1, 2]}}
+    with pytest.raises(UnknownWorkflowError, match="cannot be started by its name"):
+        pikku.start("pikku.canvas", plan)
+    app = Flask("canvas-api")
+    PikkuFlask(pikku, app)
+    app.register_blueprint(make_blueprint(permission=lambda action, target: True))
+    answer = app.test_client().post("/workflows/pikku.canvas/runs", json={"input": plan})
+    assert answer.status_code == 404
+    assert "pikku.durable(canvas)" in answer.get_json()["message"]
+    assert pikku.store.list_runs() == []
