@@ -15,13 +15,13 @@ from ..lazy import lazy_attributes
 from .names import WORKFLOW
 
 if TYPE_CHECKING:
+    from ..errors import CanvasError
     from .handle import CanvasRun
-    from .plan import CanvasError
     from .start import start
     from .tasks import install
 
 _LAZY = {
-    "CanvasError": ".plan",
+    "CanvasError": "..errors",
     "CanvasRun": ".handle",
     "install": ".tasks",
     "start": ".start",

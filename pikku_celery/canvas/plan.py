@@ -25,7 +25,7 @@ from celery import Celery
 from celery.canvas import Signature, _chain, _chord, group
 from celery.utils.functional import arity_greater
 
-from ..errors import PayloadError, UnknownTaskError
+from ..errors import CanvasError, UnknownTaskError
 from ..names import check_name
 from ..payload import check_json
 from .names import ERRBACK_TASK, ROOT
@@ -43,10 +43,6 @@ TASK_OPTIONS = {*ROUTE_OPTIONS, "countdown", "link", "link_error"}
 COMPOSITE_OPTIONS = {"link", "link_error"}
 
 Node = dict[str, Any]
-
-
-class CanvasError(PayloadError):
-    """A canvas that cannot run durably: said at ``durable(...)``, nothing stored."""
 
 
 def compile_plan(app: Celery, signature: Any) -> dict[str, Any]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import CanvasError
 from ..names import check_name
 from ..payload import dumps
 from .handle import CanvasRun
 from .names import WORKFLOW
-from .plan import CanvasError, compile_plan, most_steps
+from .plan import compile_plan, most_steps
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from celery import Celery, chain, chord, group
 
-from pikku_celery import PayloadError, Pikku, UnknownTaskError, UnknownWorkflowError
-from pikku_celery.canvas import CanvasError
+from pikku_celery import CanvasError, PayloadError, Pikku, UnknownTaskError, UnknownWorkflowError
 
 CLOSED_BROKER = "amqp://guest:guest@127.0.0.1:1//"  # a publish would fail, not pass
 

@@ -116,6 +116,18 @@ def _shapes() -> list[Shape]:
             ),
         ),
         Shape(
+            "one-member group in a chain (unrolled)",
+            lambda s, si, t: chain(s("c.add", 1, 1), group(s("c.add", 1)), s("c.mul", 10)),
+        ),
+        Shape(
+            "chord with an immutable body",
+            lambda s, si, t: chord([s("c.add", 1, 1), s("c.add", 2, 2)], si("c.add", 7, 7)),
+        ),
+        Shape(
+            ".si() and .s() members of a group after a task",
+            lambda s, si, t: chain(s("c.add", 1, 1), group(si("c.add", 5, 5), s("c.add", 1))),
+        ),
+        Shape(
             "args and kwargs partials",
             lambda s, si, t: chain(
                 s("c.add", 2, 3), s("c.collect", 7, flag=True), s("c.collect", 8, last="yes")
