@@ -75,6 +75,12 @@ def install(app: Celery, pikku: Pikku, env: Mapping[str, str]) -> None:
             },
         )
 
+    @app.task(name="c.raising_errback", shared=False)
+    def raising_errback(request: Any, exc: BaseException, traceback: Any, tag: str) -> None:
+        """A new-style errback that records its call, then raises (Celery logs it)."""
+        push(tag, {"called_for": request.task})
+        raise RuntimeError("the errback itself failed")
+
     @app.task(name="c.record_old_errback", shared=False)
     def record_old_errback(task_id: str, tag: str) -> None:
         """An old-style errback: Celery sends it the failed task's id."""

@@ -160,6 +160,15 @@ def _shapes() -> list[Shape]:
             records=("err",),
         ),
         Shape(
+            "an errback that raises, then another",
+            lambda s, si, t: (
+                s("c.boom", 9)
+                .on_error(s("c.raising_errback", f"{t}:err"))
+                .on_error(s("c.record_old_errback", f"{t}:err"))
+            ),
+            records=("err",),
+        ),
+        Shape(
             "failure stops a chain",
             lambda s, si, t: chain(
                 s("c.add", 1, 1), s("c.boom"), s("c.record", f"{t}:after")
