@@ -18,8 +18,8 @@ from tests.celery import realapp
 from tests.celery.workers import CeleryProcess, beat, worker
 from tests.services import REDIS_URL, SESSION_TAG, unavailable
 
-BROKER_DB = 12  # flushed by the broker-loss test: nothing else lives there
-BACKEND_DB = 13
+BROKER_DB = 14  # flushed by the broker-loss test: nothing else lives there
+BACKEND_DB = 15  # plain Celery's results (the semantic table)
 VISIBILITY = 3.0
 SWEEP = 1.0
 
