@@ -13,8 +13,3 @@ COUNTDOWN = ".countdown"
 
 ERRBACK_TASK = "pikku_canvas.errback"
 """pikku's task that calls a new-style errback ``(request, exc, traceback)``."""
-
-
-def is_node_step(name: str | None) -> bool:
-    """Whether a step is a canvas node (its task keeps Celery's retry rules)."""
-    return name is not None and (name == ROOT or name.startswith(ROOT + "."))

@@ -3,7 +3,9 @@ and the task that calls a new-style errback."""
 
 from __future__ import annotations
 
+import ast
 import builtins
+import contextlib
 import logging
 import sys
 from typing import TYPE_CHECKING, Any
@@ -60,6 +62,10 @@ def rebuild_exception(app: Celery, task_name: str | None, error: dict[str, Any])
     that name."""
     name = str(error.get("type", "Exception"))
     message = str(error.get("message", ""))
+    if name == "KeyError" and message[:1] in ("'", '"'):
+        # str(KeyError(key)) is the key's repr: the key is what it was made with.
+        with contextlib.suppress(ValueError, SyntaxError):
+            message = str(ast.literal_eval(message))
     places: list[Any] = [builtins, celery.exceptions]
     task = app.tasks.get(task_name or "")
     module = sys.modules.get(getattr(getattr(task, "run", None), "__module__", "") or "")

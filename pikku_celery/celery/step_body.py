@@ -16,7 +16,7 @@ from celery import Celery
 from celery._state import _task_stack
 from celery.exceptions import Retry
 
-from ..canvas.names import is_node_step
+from ..canvas.node_rules import check_arguments, is_node_step
 from ..engine.execute import FinalStepError, RetryStep
 from ..engine.transactional import is_transactional
 from ..errors import UnknownTaskError
@@ -62,6 +62,8 @@ class CeleryStepBody:
         )
         _task_stack.push(task)
         try:
+            if is_node_step(step.name):
+                check_arguments(task, step.args, step.kwargs)
             return task.run(*step.args, **step.kwargs)
         except Retry as req:
             raise RetryStep(_countdown(req.when), req.exc) from req

@@ -56,6 +56,10 @@ def install(app: Celery, pikku: Pikku, env: Mapping[str, str]) -> None:
     def boom(*values: Any) -> None:
         raise ValueError(f"boom {values!r}")
 
+    @app.task(name="c.missing", shared=False)
+    def missing(key: str) -> None:
+        raise KeyError(key)
+
     @app.task(name="c.record", shared=False)
     def record(value: Any, tag: str) -> Any:
         """A link: records the value it was called with."""

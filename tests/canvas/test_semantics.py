@@ -176,6 +176,14 @@ def _shapes() -> list[Shape]:
             records=("after", "err"),
         ),
         Shape(
+            "a KeyError in a chain",
+            lambda s, si, t: chain(s("c.add", 1, 1), si("c.missing", "sku-9")),
+        ),
+        Shape(
+            "arguments a task cannot take (Celery's typing check)",
+            lambda s, si, t: chain(s("c.add", 1, 1), s("c.missing", "sku-9")),
+        ),
+        Shape(
             "failing member of a group",
             lambda s, si, t: group(s("c.add", 1, 1), s("c.boom", 3), s("c.add", 2, 2)),
         ),
