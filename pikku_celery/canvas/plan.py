@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from celery import Celery
-from celery.canvas import Signature, _chain, _chord, group
+from celery.canvas import Signature, chord
 from celery.utils.functional import arity_greater
 
 from ..errors import CanvasError, UnknownTaskError
@@ -71,12 +71,15 @@ class _Compiler:
             )
         self.open.add(id(sig))
         try:
-            if isinstance(sig, _chain):
+            kind = sig.subtask_type  # Celery's own tag: chain, group, chord or None
+            if kind == "chain":
                 node = self.chain(sig, path)
-            elif isinstance(sig, group):
+            elif kind == "group":
                 node = self.group(sig, path)
-            elif isinstance(sig, _chord):
+            elif kind == "chord":
                 node = self.chord(sig, path)
+            elif kind is not None:
+                raise CanvasError(f"{path}: a {kind} canvas is not supported durably")
             else:
                 node = self.task(sig, path)
             return node
@@ -84,16 +87,16 @@ class _Compiler:
             self.open.discard(id(sig))
 
     # --- composites ------------------------------------------------------------
-    def chain(self, sig: _chain, path: str) -> Node:
+    def chain(self, sig: Signature, path: str) -> Node:
         self.composite_options(sig, path)
         steps = _spliced(list(sig.tasks))
         if not steps:
             raise CanvasError(f"{path}: an empty chain has nothing to run")
         items: list[Any] = []
         for step in steps:
-            if items and isinstance(items[-1], group):
+            if items and _is(items[-1], "group"):
                 # Celery's automatic upgrade: group(...) | s is chord(group, s).
-                items[-1] = _chord(items[-1], body=step, app=self.app)
+                items[-1] = chord(items[-1], body=step, app=self.app)
             else:
                 items.append(step)
         if len(items) == 1:
@@ -105,7 +108,7 @@ class _Compiler:
             }
         return self.composite_callbacks(sig, node, path)
 
-    def group(self, sig: group, path: str) -> Node:
+    def group(self, sig: Signature, path: str) -> Node:
         self.composite_options(sig, path)
         members = _flattened(sig)
         node = {
@@ -114,10 +117,10 @@ class _Compiler:
         }
         return self.composite_callbacks(sig, node, path)
 
-    def chord(self, sig: _chord, path: str) -> Node:
+    def chord(self, sig: Signature, path: str) -> Node:
         self.composite_options(sig, path)
         header = sig.tasks
-        members = _flattened(header) if isinstance(header, group) else _flat_list(header)
+        members = _flattened(header) if _is(header, "group") else _flat_list(header)
         if not members:
             raise CanvasError(
                 f"{path}: a chord with an empty header has no results for its body "
@@ -259,12 +262,12 @@ def _spliced(steps: list[Any]) -> list[Any]:
     """A chain's steps with nested chains spliced in and empty groups dropped."""
     out: list[Any] = []
     for step in steps:
-        if isinstance(step, _chain):
+        if _is(step, "chain"):
             if step.options:
                 out.append(step)  # keeps its own link/link_error: compiled as a node
             else:
                 out.extend(_spliced(list(step.tasks)))
-        elif isinstance(step, group) and not step.options and len(_flattened(step)) < 2:
+        elif _is(step, "group") and not step.options and len(_flattened(step)) < 2:
             # Celery unrolls a one-member group in a chain, and drops an empty one.
             out.extend(_spliced(_flattened(step)))
         else:
@@ -272,7 +275,12 @@ def _spliced(steps: list[Any]) -> list[Any]:
     return out
 
 
-def _flattened(sig: group) -> list[Any]:
+def _is(sig: Any, kind: str) -> bool:
+    """Whether ``sig`` is a signature of Celery's ``kind`` (its public ``subtask_type``)."""
+    return isinstance(sig, Signature) and sig.subtask_type == kind
+
+
+def _flattened(sig: Signature) -> list[Any]:
     """A group's members with nested groups flattened in (as Celery applies them)."""
     return _flat_list(sig.tasks)
 
@@ -280,9 +288,9 @@ def _flattened(sig: group) -> list[Any]:
 def _flat_list(tasks: Any) -> list[Any]:
     out: list[Any] = []
     for task in list(tasks or []):
-        if isinstance(task, group) and not task.options:
+        if _is(task, "group") and not task.options:
             out.extend(_flattened(task))
-        elif isinstance(task, _chain) and not task.tasks:
+        elif _is(task, "chain") and not task.tasks:
             continue
         else:
             out.append(task)
