@@ -29,6 +29,7 @@ from ..errors import CanvasError, UnknownTaskError
 from ..names import check_name
 from ..payload import check_json
 from .names import ERRBACK_TASK, ROOT
+from .node_rules import check_arguments
 
 PLAN_VERSION = 1
 
@@ -52,7 +53,34 @@ def compile_plan(app: Celery, signature: Any) -> dict[str, Any]:
             f"durable() takes a Celery signature, chain, group or chord, got {signature!r}"
         )
     root = _Compiler(app).node(signature, ROOT)
+    _check_calls(app, root, ROOT, fed=False)
     return {"pikku_canvas": PLAN_VERSION, "root": root}
+
+
+def _check_calls(app: Celery, node: Node, path: str, *, fed: bool) -> None:
+    """Check, as ``apply_async`` does, the arguments of every node whose
+    arguments are known now: one nothing is prepended to (``fed`` is False),
+    or an immutable one. A call its task cannot take is refused here."""
+    kind = node["t"]
+    if kind == "task":
+        if not fed or node["immutable"]:
+            try:
+                check_arguments(app.tasks[node["task"]], node["args"], node["kwargs"])
+            except TypeError as exc:
+                message = f"{path}: {node['task']} cannot take its arguments: {exc}"
+                raise CanvasError(message) from None
+        for i, link in enumerate(node["link"]):
+            _check_calls(app, link, f"{path}.link{i}", fed=True)
+    elif kind == "chain":
+        for i, item in enumerate(node["items"]):
+            _check_calls(app, item, f"{path}.{i}", fed=fed or i > 0)
+    elif kind == "group":
+        for i, item in enumerate(node["items"]):
+            _check_calls(app, item, f"{path}.{i}", fed=fed)
+    else:
+        for i, item in enumerate(node["header"]):
+            _check_calls(app, item, f"{path}.h{i}", fed=fed)
+        _check_calls(app, node["body"], f"{path}.body", fed=True)
 
 
 class _Compiler:

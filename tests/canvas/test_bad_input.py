@@ -11,6 +11,7 @@ import pytest
 from celery import Celery, chain, chord, group
 
 from pikku_celery import CanvasError, PayloadError, Pikku, UnknownTaskError, UnknownWorkflowError
+from pikku_celery.canvas.plan import compile_plan
 
 CLOSED_BROKER = "amqp://guest:guest@127.0.0.1:1//"  # a publish would fail, not pass
 
@@ -52,6 +53,18 @@ def test_arguments_that_are_not_json_are_refused_naming_the_node(pikku: Pikku) -
     add = pikku.app.tasks["c.add"]
     canvas = group(add.s(1, 2), add.s(1, when=datetime(2026, 1, 1)))
     _refused(pikku, canvas, PayloadError, r"canvas node canvas\.1 \(c\.add\): kwargs\['when'\]")
+
+
+def test_a_call_its_task_cannot_take_is_refused_when_its_arguments_are_known(
+    pikku: Pikku,
+) -> None:
+    add = pikku.app.tasks["c.add"]
+    # The first node's arguments, and an immutable one's, are known now:
+    # checked as apply_async checks them (Celery raises the same TypeError).
+    _refused(pikku, chain(add.s(1), add.s(2)), CanvasError, r"canvas\.0: c\.add cannot take")
+    _refused(pikku, chain(add.s(1, 2), add.si(1, 2, 3)), TypeError, r"canvas\.1: c\.add")
+    # One that gets the previous result prepended is checked when it runs.
+    assert compile_plan(pikku.app, chain(add.s(1, 2), add.s(4)))["root"]["t"] == "chain"
 
 
 def test_a_cycle_of_links_is_refused(pikku: Pikku) -> None:
