@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .engine import Context, RunHandle, StepHandle, StepHistory, SweepReport, Workflow
 from .errors import (
+    CanvasError,
     CorruptValueError,
     IdempotencyKeyReusedError,
     InvalidIdError,
@@ -39,10 +40,12 @@ from .lazy import lazy_attributes
 from .store.model import RunStatus, StepStatus
 
 if TYPE_CHECKING:
+    from .canvas.handle import CanvasRun
     from .celery import Pikku, QueueLease
     from .engine.transactional import step_connection, transactional
 
 _LAZY = {
+    "CanvasRun": ".canvas.handle",
     "Pikku": ".celery",
     "QueueLease": ".celery",
     "step_connection": ".engine.transactional",
@@ -52,6 +55,8 @@ _LAZY = {
 __version__ = "0.1.0"
 
 __all__ = [
+    "CanvasError",
+    "CanvasRun",
     "Context",
     "CorruptValueError",
     "IdempotencyKeyReusedError",

@@ -58,6 +58,11 @@ class PayloadError(StoreError, TypeError):
     """A value handed to pikku is not JSON (or too large); nothing was written."""
 
 
+class CanvasError(PayloadError):
+    """A canvas that cannot run durably (an unsupported option, a link cycle, a
+    chord with an empty header, ...): refused at ``durable(...)``, nothing stored."""
+
+
 class DuplicateStepError(StoreError):
     """A run already has a step of that name (step names are unique per run)."""
 

@@ -55,6 +55,7 @@ BLOCKS = {
     "tracing": "tracing=True)",
     "patched": 'ctx.patched("gift-wrap")',
     "versions": '@pikku.workflow(name="refund", version="2")',
+    "canvas": "pikku.durable(canvas",
 }
 
 Namespace = dict[str, Any]
@@ -481,6 +482,22 @@ def scenario_versioning(blocks: dict[str, str], scratch: Path) -> dict[str, Any]
     }
 
 
+def scenario_canvas(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The durable canvas block on the tutorial's app and worker; what it printed."""
+    namespace = tutorial(blocks, scratch)
+    printed = io.StringIO()
+    with worker(namespace), contextlib.redirect_stdout(printed):
+        run_block(blocks["canvas"], "canvas", namespace)
+    run = namespace["run"]
+    again = namespace["pikku"].durable(namespace["canvas"], idempotency_key="totals-1")
+    return {
+        "printed": printed.getvalue().splitlines(),
+        "run": run_report(run),
+        "workflow": run.state().workflow,
+        "same_run_again": again.run_id == run.run_id,
+    }
+
+
 PLUGIN = "pikku_celery.testing.pytest_plugin"
 
 
@@ -530,6 +547,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "testing": scenario_testing,
     "tracing": scenario_tracing,
     "versioning": scenario_versioning,
+    "canvas": scenario_canvas,
 }
 
 

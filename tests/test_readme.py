@@ -159,3 +159,15 @@ def test_the_versioning_blocks_patch_and_pin(tmp_path: Path) -> None:
     shipped, refund = report["versions"]
     assert shipped.startswith("src:") and refund == "2"
     assert report["check"] == {"checked": 2, "ok": True}
+
+
+def test_the_durable_canvas_block_runs_its_chain_and_chord(tmp_path: Path) -> None:
+    report = run_scenario("canvas", tmp_path)
+    assert report["printed"] == [
+        "36",
+        "['canvas.0', 'canvas.1.h0', 'canvas.1.h1', 'canvas.1.body']",
+    ]
+    assert report["run"]["status"] == "completed"
+    assert report["run"]["idempotency_key"] == "totals-1"
+    assert report["workflow"] == "pikku.canvas"
+    assert report["same_run_again"] is True

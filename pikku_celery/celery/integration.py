@@ -14,6 +14,9 @@ from typing import Any
 import sqlalchemy as sa
 from celery import Celery, signals
 
+from ..canvas.handle import CanvasRun
+from ..canvas.start import start as start_canvas
+from ..canvas.tasks import install as install_canvas
 from ..engine.core import WorkflowEngine
 from ..engine.sweep import SweepReport
 from ..errors import (
@@ -114,6 +117,7 @@ class Pikku(WorkflowEngine):
             self.observers.add(TracingObserver(self))
         _warn_unsafe_serializers(app)
         self._register_tasks()
+        install_canvas(self)
         if install_beat:
             self._install_beat()
         signals.worker_process_init.connect(self._after_fork, weak=False)
@@ -123,6 +127,21 @@ class Pikku(WorkflowEngine):
     def lease_for_queue(self, queue: str | None = None) -> QueueLease:
         """The step lease of ``queue`` (default queue when None) and its source."""
         return self.queue_leases.lease(queue)
+
+    def durable(self, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
+        """Run a Celery canvas (signature, chain, group, chord, nested) durably.
+
+        The canvas is checked whole and stored as one run before anything
+        runs; each node then runs as a step of it. Refused at once, nothing
+        stored: an unknown task, arguments that are not JSON, an unsupported
+        option, a link cycle, a chord with an empty header, a canvas above
+        ``max_input_bytes``. See the README's "Durable canvas".
+        """
+        return start_canvas(self, signature, idempotency_key)
+
+    def durable_run(self, run_id: str) -> CanvasRun:
+        """The :class:`CanvasRun` handle of a durable canvas's run id."""
+        return CanvasRun(self, self.handle(run_id).run_id)
 
     # --- wiring --------------------------------------------------------------
     def _register_tasks(self) -> None:

@@ -16,7 +16,8 @@ from celery import Celery
 from celery._state import _task_stack
 from celery.exceptions import Retry
 
-from ..engine.execute import RetryStep
+from ..canvas.node_rules import check_arguments, is_node_step
+from ..engine.execute import FinalStepError, RetryStep
 from ..engine.transactional import is_transactional
 from ..errors import UnknownTaskError
 from ..store.model import JSON, StepState, uuid5_str
@@ -61,9 +62,17 @@ class CeleryStepBody:
         )
         _task_stack.push(task)
         try:
+            if is_node_step(step.name):
+                check_arguments(task, step.args, step.kwargs)
             return task.run(*step.args, **step.kwargs)
         except Retry as req:
             raise RetryStep(_countdown(req.when), req.exc) from req
+        except Exception as exc:
+            if is_node_step(step.name):
+                # A canvas node keeps Celery's rule: only a retry the task
+                # asked for (self.retry, autoretry_for) runs it again.
+                raise FinalStepError(exc) from exc
+            raise
         finally:
             _task_stack.pop()
             task.pop_request()

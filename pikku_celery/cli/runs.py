@@ -18,10 +18,12 @@ from typing import Any
 import click
 from rich.console import Group
 
+from ..canvas.names import WORKFLOW as CANVAS_WORKFLOW
 from ..store.model import RunStatus, StepKind, StepStatus
 from ..web import reads
 from ..web.reads import MAX_LIMIT, RunFilter
 from . import render
+from .canvas_tree import canvas_tree
 from .common import (
     RUN_ID,
     ParamTypeBase,
@@ -170,6 +172,8 @@ def show_run(run_id: str, as_json: bool) -> None:
     run, steps = reads.run_history(store, run_id)
     now = store.now_ms()
     parts: list[Any] = [render.run_panel(run, now)]
+    if run.workflow == CANVAS_WORKFLOW:
+        parts.extend(filter(None, [canvas_tree(run, steps)]))
     if steps:
         parts.append(render.steps_table(steps, now))
     else:

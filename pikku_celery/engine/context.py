@@ -259,6 +259,40 @@ class Context:
         """Put a step in flight without waiting; join it with :meth:`gather`.
 
         Takes the routing options of :meth:`step`."""
+        return self.task_async(
+            name,
+            task,
+            args,
+            kwargs,
+            retries=retries,
+            retry_delay=retry_delay,
+            backoff=backoff,
+            queue=queue,
+            exchange=exchange,
+            routing_key=routing_key,
+            priority=priority,
+            eager=eager,
+        )
+
+    def task_async(
+        self,
+        name: str,
+        task: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
+        retries: int = 0,
+        retry_delay: float | timedelta = 1.0,
+        backoff: float = 2.0,
+        queue: str | None = None,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        priority: int | None = None,
+        eager: bool = True,
+    ) -> StepHandle[Any]:
+        """:meth:`step_async` with the task's arguments as a list and a dict,
+        so a task's keyword may share a name with a step option."""
+        kwargs = kwargs or {}
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"step {name!r}: retries must be an int >= 0, got {retries!r}")
         if backoff < 1:
@@ -297,6 +331,13 @@ class Context:
             # (or, beyond the queue's horizon, the sweep sends it when due).
             self._pass.decision.redispatch.append(step.id)
         return StepHandle(name)
+
+    def recorded_names(self) -> list[str]:
+        """The names of the steps the run has recorded, in the order recorded.
+
+        A body that advances several branches at once (the durable canvas)
+        reaches these first, in this order, then records what became ready."""
+        return [s.name for s in self._recorded]
 
     # --- joining ---------------------------------------------------------------
     @overload

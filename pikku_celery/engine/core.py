@@ -12,7 +12,12 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from ..errors import IdempotencyKeyReusedError, InvalidRunIdError, RunSettledError
+from ..errors import (
+    IdempotencyKeyReusedError,
+    InvalidRunIdError,
+    RunSettledError,
+    UnknownWorkflowError,
+)
 from ..lease.base import LeaseService
 from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
@@ -250,6 +255,10 @@ class WorkflowEngine:
         :class:`IdempotencyKeyReusedError` (naming the run) if it is not.
         """
         wf = self.registry.get(workflow)
+        if isinstance(workflow, str) and not wf.by_name:
+            raise UnknownWorkflowError(
+                f"workflow {wf.name!r} cannot be started by its name: {wf.by_name_refusal}"
+            )
         if idempotency_key is not None:
             check_name(idempotency_key, "idempotency_key")
         text = dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)

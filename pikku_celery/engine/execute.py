@@ -42,6 +42,15 @@ class RetryStep(Exception):
         self.exc = exc
 
 
+class FinalStepError(Exception):
+    """Raised from a step body to fail the attempt for good, attempts left or
+    not: a canvas node's task that did not ask Celery to retry it."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
 def retry_delay(step: StepState) -> float:
     """The wait before the next attempt: ``retry_delay * backoff ** (attempt - 1)``."""
     return float(step.retry_delay * step.backoff ** max(0, step.attempt - 1))
@@ -226,6 +235,8 @@ def _run_failed(step: StepState, exc: Exception) -> StepOutcome:
     """The outcome of a body that raised: another attempt while any are left."""
     if isinstance(exc, PayloadError):  # a result that cannot be stored: not retried
         return _outcome(step, ok=False, error=error_info(exc))
+    if isinstance(exc, FinalStepError):
+        return _outcome(step, ok=False, error=error_info(exc.exc))
     if isinstance(exc, RetryStep):
         wait = exc.countdown if exc.countdown is not None else retry_delay(step)
         cause = exc.exc or exc

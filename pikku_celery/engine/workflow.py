@@ -66,6 +66,15 @@ class Workflow(Generic[In, Out]):
         self._takes_input = len(params) >= 2 or any(p.kind in (p.VAR_POSITIONAL,) for p in params)
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
+        self.by_name_refusal: str | None = None
+        """Why ``start`` refuses this workflow given by name (the web API, the
+        CLI, a message), None when it does not: the durable canvas's built-in
+        workflow would run any task its input names."""
+
+    @property
+    def by_name(self) -> bool:
+        """Whether the workflow may be started by its name."""
+        return self.by_name_refusal is None
 
     def run_body(self, ctx: Context, input: JSON) -> JSON:
         """Call the workflow function, passing ``input`` only if it takes one."""

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..canvas.names import WORKFLOW as CANVAS_WORKFLOW
+from ..canvas.shape import canvas_rows
 from ..engine.handle import StepHistory
 from ..errors import RunNotFoundError
 from ..store.base import WorkflowStore
@@ -163,7 +165,7 @@ def show_run(store: WorkflowStore, run_id: str) -> dict[str, Any]:
     run, history = run_history(store, run_id)
     now = store.now_ms()
     steps = [h.step for h in history]
-    return {
+    shown = {
         "now": iso(now),
         "run": run_detail(run, now),
         "steps": [step_json(h, now) for h in history],
@@ -171,3 +173,6 @@ def show_run(store: WorkflowStore, run_id: str) -> dict[str, Any]:
         "timers": timers_json(steps, now),
         "children": [s.child_run_id for s in steps if s.child_run_id is not None],
     }
+    if run.workflow == CANVAS_WORKFLOW:  # a durable canvas: its nodes, as a tree
+        shown["canvas"] = canvas_rows(run.input)
+    return shown

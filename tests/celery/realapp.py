@@ -4,13 +4,15 @@
 its workers agree: ``PIKKU_T_BROKER``, ``PIKKU_T_DATABASE``, ``PIKKU_T_QUEUE``
 (a per-session queue-name prefix), ``PIKKU_T_VISIBILITY``, ``PIKKU_T_SWEEP``
 (seconds), ``PIKKU_T_MARKS`` (a folder for pid marks), ``PIKKU_T_METRICS``
-(``1``: the worker-side Prometheus metrics) and ``PIKKU_T_FLOW_CODE`` (the
-code of :mod:`.versioned_flows` it runs). Workers load the
+(``1``: the worker-side Prometheus metrics), ``PIKKU_T_FLOW_CODE`` (the
+code of :mod:`.versioned_flows` it runs) and ``PIKKU_T_EXTRA`` (modules
+whose ``install(app, pikku, env)`` adds a test's own tasks). Workers load the
 module-level ``app``, built from their environment.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import time
@@ -94,6 +96,9 @@ def build(env: Mapping[str, str], **pikku_options: Any) -> TestApp:
     order = shop.install(app, pikku)
     versioned_flows.install(app, pikku, env.get("PIKKU_T_FLOW_CODE", "old"))
     app.conf.task_routes = {"shop.label": {"queue": shipping_queue}}
+    for module in filter(None, env.get("PIKKU_T_EXTRA", "").split(",")):
+        # More tasks for one test module's workers (``install(app, pikku, env)``).
+        importlib.import_module(module).install(app, pikku, env)
 
     def bump(name: str) -> None:
         """Count an execution of a body in the database (survives worker kills)."""

@@ -259,7 +259,7 @@ function renderRun(view) {
     legend(),
   );
   main.replaceChildren(
-    el("section", { id: "run" }, runHeader(data), actions(view), timeline, detail(data, view.selected), stepsTable(data, select), extras(data)),
+    el("section", { id: "run" }, runHeader(data), actions(view), canvasTree(data), timeline, detail(data, view.selected), stepsTable(data, select), extras(data)),
   );
 }
 
@@ -458,6 +458,32 @@ function stepsTable(data, select) {
     );
   });
   return el("section", { class: "panel" }, el("h2", { text: "Steps" }), el("table", { id: "steps", class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+function canvasTree(data) {
+  // A durable canvas: its plan's nodes, indented by depth, each with its step's state.
+  if (!data.canvas) return null;
+  const steps = new Map(data.steps.map((s) => [s.name, s]));
+  const rows = data.canvas.map((n) => {
+    const step = steps.get(n.path);
+    const isTask = n.kind === "task" || n.kind === "link_error";
+    const state = !isTask ? null : step ? badge(step.status) : el("span", { class: "hint", text: "not started" });
+    const outcome = step && step.status === "succeeded" ? JSON.stringify(step.result) : step && step.error ? errorLine(step.error) : "";
+    const row = el(
+      "li",
+      { dataset: { node: n.path, kind: n.kind } },
+      n.role ? el("span", { class: "hint", text: `${n.role}: ` }) : null,
+      el("span", { class: isTask ? "mono" : "", text: n.label }),
+      " ",
+      el("span", { class: "hint mono", text: n.path }),
+      state ? " " : null,
+      state,
+      outcome ? el("span", { class: step && step.error ? "err" : "result", text: ` ${outcome.length > 80 ? outcome.slice(0, 79) + "…" : outcome}` }) : null,
+    );
+    row.style.paddingLeft = `${n.depth * 1.5}em`; // CSSOM, which the page's CSP allows
+    return row;
+  });
+  return el("section", { id: "canvas", class: "panel" }, el("h2", { text: "Canvas" }), el("ul", { class: "canvas-tree" }, rows));
 }
 
 function extras(data) {

@@ -1,0 +1,115 @@
+"""A real worker and beat for the canvas tests: Redis broker and result
+backend, PostgreSQL store, the canvas tasks of :mod:`tests.canvas.canvasapp`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import sqlalchemy as sa
+
+from pikku_celery.store.schema import metadata
+from tests.celery import realapp
+from tests.celery.workers import CeleryProcess, beat, worker
+from tests.services import REDIS_URL, SESSION_TAG, unavailable
+
+BROKER_DB = 14  # flushed by the broker-loss test: nothing else lives there
+BACKEND_DB = 15  # plain Celery's results (the semantic table)
+VISIBILITY = 3.0
+SWEEP = 1.0
+
+
+def redis_db(db: int) -> str:
+    return REDIS_URL.rsplit("/", 1)[0] + f"/{db}"
+
+
+@dataclass
+class CanvasCluster:
+    env: dict[str, str]
+    app: realapp.TestApp
+    workdir: Path
+    records: redis.Redis
+    workers: list[CeleryProcess] = field(default_factory=list)
+    beat: CeleryProcess | None = None
+
+    def add_worker(self, concurrency: int = 2) -> CeleryProcess:
+        name = f"cw{len(self.workers)}-{SESSION_TAG}"
+        w = worker(self.env, self.app.queues, self.workdir / f"{name}.log", name, concurrency)
+        self.workers.append(w)
+        return w.wait_ready()
+
+    def recorded(self, tag: str) -> list[Any]:
+        key = f"{self.env['PIKKU_T_RECORDS']}:{tag}"
+        return [json.loads(v) for v in self.records.lrange(key, 0, -1)]
+
+    def ledger_rows(self, key: str) -> int:
+        engine = self.app.pikku.sql_engine
+        assert engine is not None
+        with engine.connect() as conn:
+            count = conn.execute(
+                sa.select(sa.func.count()).where(realapp.ledger.c.key == key)
+            ).scalar()
+        return int(count or 0)
+
+    def logs(self) -> str:
+        parts = [f"--- {p.log_path.name}\n{p.log()[-4000:]}" for p in self.workers]
+        if self.beat is not None:
+            parts.append(f"--- beat\n{self.beat.log()[-2000:]}")
+        return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def canvas_tables(postgres_url: str) -> str:
+    engine = sa.create_engine(postgres_url)
+    metadata.create_all(engine)
+    realapp.ledger.create(engine, checkfirst=True)
+    engine.dispose()
+    return postgres_url
+
+
+@pytest.fixture
+def canvas_cluster(
+    request: pytest.FixtureRequest, canvas_tables: str, tmp_path: Path
+) -> Iterator[CanvasCluster]:
+    broker = redis_db(BROKER_DB)
+    try:
+        redis.Redis.from_url(broker).ping()
+    except Exception as exc:
+        unavailable("redis", exc)
+    records_url = REDIS_URL
+    env = {
+        "PIKKU_T_BROKER": broker,
+        "PIKKU_T_BACKEND": redis_db(BACKEND_DB),
+        "PIKKU_T_DATABASE": canvas_tables,
+        "PIKKU_T_QUEUE": f"{SESSION_TAG}-canvas-{request.node.name[:24]}",
+        "PIKKU_T_VISIBILITY": str(VISIBILITY),
+        "PIKKU_T_SWEEP": str(SWEEP),
+        "PIKKU_T_MARKS": str(tmp_path),
+        "PIKKU_T_EXTRA": "tests.canvas.canvasapp",
+        "PIKKU_T_RECORDS": f"{SESSION_TAG}:canvas:{request.node.name[:24]}",
+        "PIKKU_T_RECORDS_REDIS": records_url,
+    }
+    app = realapp.build(env)
+    records = redis.Redis.from_url(records_url)
+    c = CanvasCluster(env, app, tmp_path, records)
+    try:
+        c.beat = beat(env, tmp_path)
+        c.add_worker()
+        yield c
+    finally:
+        for w in c.workers:
+            w.stop()
+        if c.beat is not None:
+            c.beat.stop()
+        client = redis.Redis.from_url(broker)
+        for q in app.queues:
+            client.delete(q)
+        for key in records.scan_iter(match=f"{env['PIKKU_T_RECORDS']}*", count=1000):
+            records.delete(key)
+        assert app.pikku.sql_engine is not None
+        app.pikku.sql_engine.dispose()

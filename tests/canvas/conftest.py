@@ -1,0 +1,5 @@
+"""The canvas tests' real-worker cluster (see :mod:`tests.canvas.cluster`)."""
+
+from tests.canvas.cluster import canvas_cluster, canvas_tables
+
+__all__ = ["canvas_cluster", "canvas_tables"]
