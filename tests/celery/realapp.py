@@ -3,8 +3,9 @@
 :func:`build` makes the app from a settings mapping, so the test process and
 its workers agree: ``PIKKU_T_BROKER``, ``PIKKU_T_DATABASE``, ``PIKKU_T_QUEUE``
 (a per-session queue-name prefix), ``PIKKU_T_VISIBILITY``, ``PIKKU_T_SWEEP``
-(seconds), ``PIKKU_T_MARKS`` (a folder for pid marks) and ``PIKKU_T_METRICS``
-(``1``: the worker-side Prometheus metrics). Workers load the
+(seconds), ``PIKKU_T_MARKS`` (a folder for pid marks), ``PIKKU_T_METRICS``
+(``1``: the worker-side Prometheus metrics) and ``PIKKU_T_KEYPREFIX`` (a Redis
+broker node's key prefix). Workers load the
 module-level ``app``, built from their environment.
 """
 
@@ -68,6 +69,11 @@ def build(env: Mapping[str, str]) -> TestApp:
             # the test's time frame.
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
+            **(
+                {"global_keyprefix": env["PIKKU_T_KEYPREFIX"]}
+                if env.get("PIKKU_T_KEYPREFIX")
+                else {}
+            ),
         },
         task_default_queue=default_queue,
         task_routes={"shop.label": {"queue": shipping_queue}},

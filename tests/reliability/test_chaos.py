@@ -22,6 +22,7 @@ import redis
 import sqlalchemy as sa
 
 from pikku_celery.store.schema import metadata
+from tests.celery.workers import CeleryProcess
 from tests.helpers import wait_until
 from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database, unavailable
 
@@ -32,13 +33,13 @@ from .chaos import (
     SKEW_ENV,
     SKEW_SECONDS,
     ChaosConfig,
-    ChaosProcess,
     ChaosSummary,
+    chaos_beat,
     chaos_env,
+    chaos_worker,
     forget_queue,
     run_chaos,
     skewed,
-    worker_argv,
 )
 from .chaosapp import STEPS
 
@@ -161,22 +162,12 @@ def test_a_lone_worker_recovers_lost_messages_through_the_sweep(
         env = chaos_env(tag, url, broker_url)
         app = chaosapp.build(env)
         broker = redis.Redis.from_url(broker_url)
-        procs: list[ChaosProcess] = []
+        procs: list[CeleryProcess] = []
         try:
             runs = [app.workflow.start(i) for i in range(3)]
             assert broker.delete(app.queue) == 1  # their first steps' messages: lost
-            procs.append(
-                ChaosProcess(
-                    ["beat", "--loglevel", "INFO", "-s", str(tmp_path / "beat-schedule")],
-                    env,
-                    tmp_path / "beat.log",
-                ).start()
-            )
-            procs.append(
-                ChaosProcess(
-                    worker_argv(app.queue, f"lone-{tag}", 2), env, tmp_path / "w.log", skew=skew
-                ).start()
-            )
+            procs.append(chaos_beat(env, tmp_path))
+            procs.append(chaos_worker(env, app.queue, tmp_path / "w.log", f"lone-{tag}", 2, skew))
             for proc in procs:
                 proc.wait_ready(timeout=60)
             try:
@@ -194,7 +185,7 @@ def test_a_lone_worker_recovers_lost_messages_through_the_sweep(
                 raise
         finally:
             for proc in procs:
-                proc.kill()
+                proc.teardown()  # SIGKILL (and faketime's leftovers removed)
             forget_queue(broker, app.queue)
             for key in redis_client.scan_iter(match=f"{tag}:*"):
                 redis_client.delete(key)
