@@ -40,6 +40,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "pikku_celery.testing.pytest_celery needs pytest-celery: pip install pytest-celery"
         )
+    from .nodes.settings import NodeSettings
+
+    NodeSettings.from_config(config)  # a bad setting fails the session at once, named
     if not config.pluginmanager.has_plugin(FIXTURES):
         from .nodes import fixtures
 
