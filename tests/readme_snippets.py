@@ -27,6 +27,7 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -52,6 +53,7 @@ BLOCKS = {
     "run_page_flask": "run_page=True",
     "run_page_django": 'include("pikku_celery.contrib.django.urls")',
     "testing": "workflow_test_env(",
+    "pytest_celery": "celery_setup_pikku_installers",
 }
 
 Namespace = dict[str, Any]
@@ -435,6 +437,35 @@ def scenario_testing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     }
 
 
+def scenario_pytest_celery(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The pytest-celery section's test module, run by pytest with pikku's plugin.
+
+    As written, in a folder of its own with only ``-p
+    pikku_celery.testing.pytest_celery``; the servers are the test suite's
+    (``PIKKU_TEST_REDIS_URL``, ``PIKKU_TEST_AMQP_URL``).
+    """
+    from tests.services import AMQP_URL, REDIS_URL
+
+    (scratch / "test_on_workers.py").write_text(blocks["pytest_celery"])
+    (scratch / "pytest.ini").write_text(
+        "[pytest]\naddopts = -p pikku_celery.testing.pytest_celery\n"
+    )
+    env = {
+        **os.environ,
+        "PIKKU_CELERY_TEST_REDIS_URL": REDIS_URL,
+        "PIKKU_CELERY_TEST_AMQP_URL": AMQP_URL,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_on_workers.py"],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    return {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-4000:]}
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "handles": scenario_handles,
@@ -444,6 +475,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "run_page_flask": scenario_run_page_flask,
     "run_page_django": scenario_run_page_django,
     "testing": scenario_testing,
+    "pytest_celery": scenario_pytest_celery,
 }
 
 

@@ -133,3 +133,10 @@ def test_the_testing_section_runs_under_pytest(tmp_path: Path) -> None:
     assert report["returncode"] == 0, report["output"]
     assert "2 passed" in report["output"]
     assert report["seconds"] < 30
+
+
+def test_the_pytest_celery_section_runs_under_pytest(tmp_path: Path) -> None:
+    report = run_scenario("pytest_celery", tmp_path)
+    # Once per broker of pytest-celery's matrix (Redis, RabbitMQ), on real workers.
+    assert report["returncode"] == 0, report["output"]
+    assert "2 passed" in report["output"]

@@ -83,7 +83,7 @@ class LocalRedisContainer(LocalContainer):
             client.close()
         return True
 
-    def keys(self) -> list[str]:
+    def own_keys(self) -> list[str]:
         """This node's keys on the server."""
         client = self._redis()
         try:
