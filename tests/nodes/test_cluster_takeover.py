@@ -39,16 +39,6 @@ def pids(node: LocalTestWorker) -> set[int]:
     return {int(p["pid"]) for p in node.get_running_processes_info(["pid"])}
 
 
-def test_workflows_run_on_the_setup_s_workers(
-    celery_setup: CeleryTestSetup, celery_setup_pikku: Pikku
-) -> None:
-    run = celery_setup_pikku.start("nodes.doubles", 3)
-    assert run.wait(timeout=60) == [0, 2, 4]
-    # Both nodes run the setup's Pikku: whichever took a step logged it.
-    logs = "".join(node.logs() for node in celery_setup.worker_cluster)
-    assert "nodes.double" in logs
-
-
 def test_a_node_killed_mid_step_is_taken_over_by_the_other_node(
     celery_setup: CeleryTestSetup, celery_setup_pikku: Pikku, tmp_path: Path
 ) -> None:

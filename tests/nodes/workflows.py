@@ -28,11 +28,3 @@ def install(pikku: Pikku) -> None:
     @pikku.workflow(name="nodes.takeover")
     def takeover(ctx: Context, job: dict[str, Any]) -> Any:
         return ctx.step("hang", hang_first, job["marks"], job["key"], retries=2)
-
-    @pikku.app.task(name="nodes.double", shared=False)
-    def double(i: int) -> int:
-        return 2 * i
-
-    @pikku.workflow(name="nodes.doubles")
-    def doubles(ctx: Context, n: int) -> list[int]:
-        return [ctx.step(f"d{i}", double, i) for i in range(n)]
