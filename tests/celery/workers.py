@@ -24,15 +24,41 @@ from pikku_celery.testing.nodes import (
     LocalWorkerContainer,
 )
 from pikku_celery.testing.nodes.api import FastLogs, LocalTestWorker
+from pikku_celery.testing.nodes.worker import BEAT_READY, WORKER_READY
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_MODULE = "tests.celery.realapp"
 
 
-class CeleryProcess(CeleryTestNode):
-    """A node of a local celery process (worker or beat), with the names the tests use."""
+class ArgvContainer(LocalProcessContainer):
+    """A celery process of ``celery -A app_module ARGV``: worker or beat, by ``argv[0]``."""
 
+    def __init__(self, app_module: str, argv: list[str], **options: Any) -> None:
+        super().__init__(app_module, argv, **options)
+        self.ready_prompt = WORKER_READY if argv[:1] == ["worker"] else BEAT_READY
+
+
+class CeleryProcess(CeleryTestNode):
+    """A node of a local celery process (worker or beat), with the names the tests use.
+
+    Also made the way this module's callers once made their processes,
+    ``CeleryProcess(worker_argv(...), env, log)`` with the class's
+    ``app_module``, then ``.start()``.
+    """
+
+    app_module = APP_MODULE
     container: LocalProcessContainer
+
+    def __init__(
+        self,
+        container: LocalProcessContainer | list[str],
+        env: Mapping[str, str] | None = None,
+        log: Path | None = None,
+        app: Any = None,
+    ) -> None:
+        if isinstance(container, list):
+            container = ArgvContainer(self.app_module, container, env=env, log_path=log, cwd=ROOT)
+        super().__init__(container, app)
 
     @property
     def log_path(self) -> Path:
@@ -113,7 +139,7 @@ def worker(
         cwd=ROOT,
         **options,
     )
-    node = WorkerProcess(container, app=None)
+    node = WorkerProcess(container)
     node.start()
     return node
 
@@ -128,3 +154,29 @@ def beat(
     node = BeatProcess(container)
     node.start()
     return node
+
+
+def worker_argv(queues: list[str], name: str, concurrency: int = 1) -> list[str]:
+    """``celery worker`` arguments (prefork, ``queues``, node ``name``, INFO log),
+    for ``CeleryProcess(argv, env, log)``."""
+    return [
+        "worker",
+        "--pool",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-Q",
+        ",".join(queues),
+        "-n",
+        f"{name}@%h",
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
+def beat_argv(workdir: Path) -> list[str]:
+    """``celery beat`` arguments, its schedule file in ``workdir``."""
+    return ["beat", "--loglevel", "INFO", "-s", str(workdir / "beat-schedule")]
