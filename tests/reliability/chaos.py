@@ -1,16 +1,18 @@
 """The chaos suite: many workflows on real workers while everything breaks.
 
 N five-step workflows (:mod:`tests.reliability.chaosapp`) run on a Redis
-broker and a PostgreSQL store with several ``celery worker`` processes and a
-``celery beat``. For the length of the chaos window a killer SIGKILLs a
-worker's process group every few seconds and starts a replacement (half the
-kills go to a worker that is running a step); a quarter of its turns instead
-freeze a busy worker (SIGSTOP) past its lease and then let it go on, so a
-superseded attempt really reaches its fenced write. Once in the window the
-broker's database is flushed (every queued and unacked message lost) and once
-PostgreSQL is restarted, each just after a burst of new runs. Then the
-killing stops and every run must settle within a deadline. The checks, from
-the store, the ledger, the Redis counters and the workers' logs:
+broker node (a key prefix of its own) and a PostgreSQL store with several
+``celery worker`` nodes and a ``celery beat`` (pikku's local pytest-celery
+nodes, :mod:`tests.celery.workers`). For the length of the chaos window a
+killer SIGKILLs a worker's process group every few seconds and starts a
+replacement (half the kills go to a worker that is running a step); a quarter
+of its turns instead freeze a busy worker (SIGSTOP) past its lease and then
+let it go on, so a superseded attempt really reaches its fenced write. Once in the window the
+broker is flushed (every key of the run's Redis broker node: every queued and
+unacked message lost) and once PostgreSQL is restarted, each just after a
+burst of new runs. Then the killing stops and every run must settle within a
+deadline. The checks, from the store, the ledger, the Redis counters and the
+workers' logs:
 
 - every run completed;
 - every step has exactly one ledger row, written by its final attempt;
@@ -55,7 +57,7 @@ import redis
 import sqlalchemy as sa
 
 from pikku_celery.store.schema import attempt_table, metadata, run_table, step_table
-from pikku_celery.testing.nodes import LocalWorkerContainer
+from pikku_celery.testing.nodes import LocalRedisContainer, LocalWorkerContainer
 from tests.celery.workers import BeatProcess, WorkerProcess, beat, worker
 from tests.helpers import wait_until
 from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database
@@ -143,11 +145,16 @@ def chaos_beat(env: Mapping[str, str], workdir: Path) -> BeatProcess:
 
 
 def chaos_env(
-    tag: str, database_url: str, broker_url: str, visibility: float = 3.0, sweep: float = 1.0
+    tag: str,
+    database_url: str,
+    broker: LocalRedisContainer,
+    visibility: float = 3.0,
+    sweep: float = 1.0,
 ) -> dict[str, str]:
-    """The settings of :mod:`tests.reliability.chaosapp` for one chaos run."""
+    """The settings of :mod:`tests.reliability.chaosapp` for one chaos run on ``broker``."""
     return {
-        "PIKKU_CHAOS_BROKER": broker_url,
+        "PIKKU_CHAOS_BROKER": broker.url,
+        "PIKKU_CHAOS_KEYPREFIX": broker.prefix,
         "PIKKU_CHAOS_DATABASE": database_url,
         "PIKKU_CHAOS_QUEUE": tag,
         "PIKKU_CHAOS_COUNTER": REDIS_URL,
@@ -155,13 +162,6 @@ def chaos_env(
         "PIKKU_CHAOS_VISIBILITY": str(visibility),
         "PIKKU_CHAOS_SWEEP": str(sweep),
     }
-
-
-def forget_queue(broker: redis.Redis, queue: str) -> None:
-    """Delete a chaos queue from the Redis broker: its lists and kombu's bindings."""
-    for pattern in (f"{queue}*", f"_kombu.binding*.{queue}"):
-        for key in broker.scan_iter(match=pattern, count=1000):
-            broker.delete(key)
 
 
 # --- configuration and results -------------------------------------------------
@@ -181,7 +181,7 @@ class ChaosConfig:
     visibility: float = 3.0  # the Redis visibility timeout, so the step lease
     sweep: float = 1.0
     settle_timeout: float = 120.0  # after the window: every run must end by then
-    broker_db: int = 11  # flushed: nothing else may live there
+    broker_db: int = 11  # the broker node's prefix is flushed, not the database
     seed: int | None = None
     keep_logs: bool = False
     workdir: Path | None = None  # where the logs go (a new folder inside); default: tmp
@@ -243,7 +243,7 @@ class ChaosSummary:
             f" (counter sum {self.executions} - {self.steps} steps)",
             f"  faults                   {self.kills} SIGKILLs, {self.pauses} pauses"
             f" ({self.worker_starts} worker starts, {self.failed_worker_starts} failed to start);"
-            f" FLUSHDB {'yes' if self.flushed_broker else 'NO'}"
+            f" broker flushed {'yes' if self.flushed_broker else 'NO'}"
             f" ({self.steps_running_at_flush} steps running);"
             f" PostgreSQL restart {'yes' if self.restarted_postgres else 'NO'}"
             f" ({self.postgres_restart_seconds:.1f} s,"
@@ -281,7 +281,7 @@ class _Chaos:
         self.workdir = Path(tempfile.mkdtemp(prefix="pikku-chaos-", dir=cfg.workdir))
         self.summary = ChaosSummary(runs=cfg.runs, skewed_worker=cfg.skew_worker)
         self.summary.workdir = str(self.workdir)
-        self.broker_url = REDIS_URL.rsplit("/", 1)[0] + f"/{cfg.broker_db}"
+        self.broker = LocalRedisContainer(REDIS_URL.rsplit("/", 1)[0] + f"/{cfg.broker_db}")
         self.stop = threading.Event()  # the chaos window is over: no more kills
         self.abort = threading.Event()  # tearing down: the workload stops too
         self.slots: list[WorkerProcess] = []
@@ -441,9 +441,9 @@ class _Chaos:
 
     def flush_broker(self) -> None:
         self.summary.steps_running_at_flush = self.when_busy()
-        redis.Redis.from_url(self.broker_url).flushdb()
+        self.broker.flush()  # every queued and unacked message of this run: lost
         self.summary.flushed_broker = True
-        self.log(f"FLUSHDB of the broker ({self.summary.steps_running_at_flush} steps running)")
+        self.log(f"broker flushed ({self.summary.steps_running_at_flush} steps running)")
 
     def restart_postgres(self) -> None:
         self.summary.steps_running_at_restart = self.when_busy()
@@ -489,7 +489,7 @@ class _Chaos:
             metadata.create_all(setup)
             chaosapp.ledger.create(setup)
             setup.dispose()
-            self.env = chaos_env(self.tag, url, self.broker_url, cfg.visibility, cfg.sweep)
+            self.env = chaos_env(self.tag, url, self.broker, cfg.visibility, cfg.sweep)
             self.app = chaosapp.build(self.env)
             assert self.app.pikku.sql_engine is not None
             self.engine = self.app.pikku.sql_engine
@@ -559,7 +559,7 @@ class _Chaos:
         for proc in self.retired:
             proc.teardown()  # already dead: removes faketime's leftovers
         try:
-            forget_queue(redis.Redis.from_url(self.broker_url), self.app.queue)
+            self.broker.teardown()  # every key of the run's broker node
             for key in self.counter.scan_iter(match=f"{self.tag}:*", count=1000):
                 self.counter.delete(key)
         except redis.RedisError as exc:
