@@ -136,8 +136,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             beat_node.wait_ready(timeout=60)
             yield Cluster(env, app, client, tmp_path, worker_node, beat_node)
         finally:
-            worker_node.stop()
-            beat_node.stop()
+            worker_node.kill()  # SIGKILL: the test checked the worker while it ran
+            beat_node.kill()
             _forget_queues(client, app.queues)
             client.close()
             assert app.pikku.sql_engine is not None
