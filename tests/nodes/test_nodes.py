@@ -20,7 +20,7 @@ import pytest
 import redis
 from pytest_celery import CeleryBrokerCluster, CeleryTestSetup, RedisTestBroker
 
-from pikku_celery.testing.nodes import LocalRedisContainer
+from pikku_celery.testing.nodes import LocalRedisContainer, LocalWorkerContainer
 from tests.nodes.tasks import whoami
 from tests.services import REDIS_URL, SESSION_TAG
 
@@ -107,3 +107,15 @@ def test_a_bad_setting_is_a_usage_error_naming_it(tmp_path: Path) -> None:
     assert "pikku_celery_rabbitmq_vhost = 'mine': expected 'auto' or 'url'" in (
         done.stdout + done.stderr
     )
+
+
+def test_a_worker_that_cannot_start_says_why(tmp_path: Path) -> None:
+    node = LocalWorkerContainer("tests.nodes.no_such_module", log_path=tmp_path / "w.log")
+    node.start()
+    try:
+        with pytest.raises(RuntimeError, match=r"exited \(\d+\) before logging 'ready\.'") as err:
+            node.ready(timeout=60)
+        assert "no_such_module" in str(err.value)  # the log's tail: celery's own complaint
+        assert node.status == "exited"
+    finally:
+        node.teardown()
