@@ -27,6 +27,7 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -56,6 +57,7 @@ BLOCKS = {
     "patched": 'ctx.patched("gift-wrap")',
     "versions": '@pikku.workflow(name="refund", version="2")',
     "canvas": "pikku.durable(canvas",
+    "pytest_celery": "celery_setup_pikku_installers",
 }
 
 Namespace = dict[str, Any]
@@ -536,6 +538,35 @@ def scenario_testing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     }
 
 
+def scenario_pytest_celery(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The pytest-celery section's test module, run by pytest with pikku's plugin.
+
+    As written, in a folder of its own with only ``-p
+    pikku_celery.testing.pytest_celery``; the servers are the test suite's
+    (``PIKKU_TEST_REDIS_URL``, ``PIKKU_TEST_AMQP_URL``).
+    """
+    from tests.services import AMQP_URL, REDIS_URL
+
+    (scratch / "test_on_workers.py").write_text(blocks["pytest_celery"])
+    (scratch / "pytest.ini").write_text(
+        "[pytest]\naddopts = -p pikku_celery.testing.pytest_celery\n"
+    )
+    env = {
+        **os.environ,
+        "PIKKU_CELERY_TEST_REDIS_URL": REDIS_URL,
+        "PIKKU_CELERY_TEST_AMQP_URL": AMQP_URL,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_on_workers.py"],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    return {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-4000:]}
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "handles": scenario_handles,
@@ -548,6 +579,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tracing": scenario_tracing,
     "versioning": scenario_versioning,
     "canvas": scenario_canvas,
+    "pytest_celery": scenario_pytest_celery,
 }
 
 

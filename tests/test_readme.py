@@ -171,3 +171,10 @@ def test_the_durable_canvas_block_runs_its_chain_and_chord(tmp_path: Path) -> No
     assert report["run"]["idempotency_key"] == "totals-1"
     assert report["workflow"] == "pikku.canvas"
     assert report["same_run_again"] is True
+
+
+def test_the_pytest_celery_section_runs_under_pytest(tmp_path: Path) -> None:
+    report = run_scenario("pytest_celery", tmp_path)
+    # Once per broker of pytest-celery's matrix (Redis, RabbitMQ), on real workers.
+    assert report["returncode"] == 0, report["output"]
+    assert "2 passed" in report["output"]

@@ -1,5 +1,9 @@
 """Ordinary Celery tasks: pikku runs them as workflow steps, unchanged.
 
+Shared tasks (``@shared_task``), as Celery suggests for a module of reusable
+tasks: the shop's app has them, and so does any other app in the process,
+such as the one a pytest-celery setup makes (``tests/test_on_workers.py``).
+
 Their misbehaviour is scripted by order id, so the demo shows every path:
 a card network that is busy at first, a courier that never comes, and a
 parcel packer whose worker is killed half-way.
@@ -11,12 +15,14 @@ import os
 import time
 from typing import Any
 
-from example_project.app import HOME, app
+from celery import shared_task
+
+from example_project.app import HOME
 
 KILL_MARK = HOME / "kill-me.pid"
 
 
-@app.task(name="shop.charge_card", bind=True)
+@shared_task(name="shop.charge_card", bind=True)
 def charge_card(self: Any, order_id: int, cents: int, idempotency_key: str) -> dict[str, Any]:
     """Charge the card. The card network is 'busy' on the first try of even orders."""
     if order_id % 2 == 0 and self.request.retries == 0:
@@ -25,14 +31,14 @@ def charge_card(self: Any, order_id: int, cents: int, idempotency_key: str) -> d
     return {"charge_id": f"ch_{idempotency_key[:8]}", "cents": cents}
 
 
-@app.task(name="shop.reserve_stock")
+@shared_task(name="shop.reserve_stock")
 def reserve_stock(order_id: int, sku: str, qty: int) -> dict[str, Any]:
     """Reserve one line item (the workflow reserves all lines in parallel)."""
     time.sleep(0.02 * qty)
     return {"sku": sku, "qty": qty, "bin": f"B-{abs(hash(sku)) % 100:02d}"}
 
 
-@app.task(name="shop.pack_parcel", bind=True)
+@shared_task(name="shop.pack_parcel", bind=True)
 def pack_parcel(self: Any, order_id: int, kill_order: int) -> str:
     """Pack the parcel. For ``kill_order`` the first attempt hangs and the demo
     SIGKILLs its worker process: attempt 2, on another process, finishes it."""
@@ -42,13 +48,13 @@ def pack_parcel(self: Any, order_id: int, kill_order: int) -> str:
     return f"parcel-{order_id}"
 
 
-@app.task(name="shop.create_label")
+@shared_task(name="shop.create_label")
 def create_label(order_id: int) -> str:
     """Print the shipping label (runs on the 'shipping' queue)."""
     return f"LBL-{order_id:05d}"
 
 
-@app.task(name="shop.book_courier")
+@shared_task(name="shop.book_courier")
 def book_courier(order_id: int, country: str) -> str:
     """Book the courier; nobody delivers to Antarctica, ever."""
     if country == "AQ":
@@ -56,7 +62,7 @@ def book_courier(order_id: int, country: str) -> str:
     return f"courier booked for order {order_id}"
 
 
-@app.task(name="shop.refund")
+@shared_task(name="shop.refund")
 def refund(order_id: int, charge_id: str, cents: int) -> dict[str, Any]:
     """Give the money back: the compensation when an order cannot be shipped."""
     return {"refunded": cents, "charge_id": charge_id}

@@ -13,7 +13,7 @@ from example_project.shop.tasks import (
     refund,
     reserve_stock,
 )
-from pikku_celery import Context, SignalTimeoutError, StepFailedError
+from pikku_celery import Context, Pikku, SignalTimeoutError, StepFailedError
 
 LARGE_ORDER_CENTS = 50_000
 
@@ -66,3 +66,10 @@ def fulfil_order(ctx: Context, order: dict[str, Any]) -> dict[str, Any]:
         refunded = ctx.step("refund", refund, order["id"], charge["charge_id"], order["cents"])
         return {"outcome": "refunded", "reason": exc.message, "refund": refunded}
     return {"outcome": "shipped", "reserved": len(reserved), "shipment": shipment}
+
+
+def install(other: Pikku) -> None:
+    """Register the shop's workflows on another Pikku too: a test's, whose
+    workers run them (see ``tests/test_on_workers.py``)."""
+    for workflow in (ship_order, fulfil_order):
+        other.workflow(workflow.fn, name=workflow.name)

@@ -8,8 +8,15 @@ pytest's configuration, and no conftest at all.
 
 import pytest
 
+# The pytest-celery node behind ``celery_setup``. Only needed in this repository,
+# whose tests/conftest.py loads celery.contrib.pytest: its in-process worker
+# fixture has the same name, ``celery_worker``.
+from pytest_celery import celery_worker
+
 from example_project.app import pikku as shop_pikku
 from pikku_celery import Pikku
+
+__all__ = ["celery_worker"]
 
 
 @pytest.fixture

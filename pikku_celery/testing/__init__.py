@@ -6,6 +6,10 @@
   the way a worker runs them. See :mod:`pikku_celery.testing.env`.
 * The pytest plugin :mod:`pikku_celery.testing.pytest_plugin` (registered
   through the ``pytest11`` entry point): the ``pikku_test_env`` fixture.
+* The pytest plugin :mod:`pikku_celery.testing.pytest_celery` (loaded with
+  ``-p``): pytest-celery's setup API without Docker, on local worker
+  processes and running servers (:mod:`pikku_celery.testing.nodes`), and the
+  ``celery_setup_pikku`` fixture.
 * :class:`InlineDispatcher` and :func:`make_engine`: a bare engine on
   in-memory adapters with a local queue on the real clock, for testing the
   engine itself (see :mod:`pikku_celery.testing.inline`).

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +12,9 @@ from celery import Celery
 import pikku_celery.broker  # noqa: F401
 from pikku_celery.broker.sqlite import TABLE
 from tests.broker.celery_app import QUEUE
+from tests.celery.workers import ROOT, WorkerProcess, worker
 from tests.helpers import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-CELERY = str(Path(sys.executable).with_name("celery"))
 VISIBILITY = 2.0
 
 pytestmark = pytest.mark.slow
@@ -39,51 +33,28 @@ def lines(path: Path) -> list[list[str]]:
 
 
 class Workers:
-    """Starts ``celery worker`` process groups and always kills them."""
+    """Starts ``celery worker`` nodes of the SQLite-broker app and always kills them."""
 
     def __init__(self, tmp_path: Path, db: Path) -> None:
         self.tmp_path = tmp_path
-        self.env = dict(
-            os.environ,
-            PIKKU_TEST_BROKER_DB=str(db),
-            PIKKU_TEST_VISIBILITY=str(VISIBILITY),
-            PYTHONPATH=str(ROOT),
-        )
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = {
+            "PIKKU_TEST_BROKER_DB": str(db),
+            "PIKKU_TEST_VISIBILITY": str(VISIBILITY),
+            "PYTHONPATH": str(ROOT),
+        }
+        self.nodes: list[WorkerProcess] = []
 
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        log = (self.tmp_path / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
-            [
-                CELERY,
-                "-A",
-                "tests.broker.celery_app",
-                "worker",
-                "--pool",
-                "prefork",
-                "-c",
-                "2",
-                "-Q",
-                QUEUE,
-                "-n",
-                f"{name}@%h",
-                "-l",
-                "info",
-            ],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: SIGKILL reaches the pool too
+    def start(self, name: str) -> WorkerProcess:
+        node = worker(
+            self.env,
+            [QUEUE],
+            self.tmp_path / f"{name}.log",
+            name,
+            concurrency=2,
+            app_module="tests.broker.celery_app",
         )
-        log.close()
-        self.procs.append(proc)
-        return proc
-
-    def kill(self, proc: subprocess.Popen[bytes]) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        self.nodes.append(node)
+        return node
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.tmp_path.glob("*.log")))
@@ -95,8 +66,8 @@ def workers(tmp_path: Path) -> Iterator[Workers]:
     try:
         yield w
     finally:
-        for proc in w.procs:
-            w.kill(proc)
+        for node in w.nodes:
+            node.kill()
 
 
 def test_a_task_of_a_sigkilled_worker_is_delivered_again_and_completes(
@@ -116,7 +87,7 @@ def test_a_task_of_a_sigkilled_worker_is_delivered_again_and_completes(
     [(token, _pid, pgid)] = lines(started)
     assert token == "job-1" and int(pgid) == first.pid  # a pool process of the first worker
 
-    workers.kill(first)  # the whole group, mid-task: nobody acks
+    first.kill()  # SIGKILL to the whole group, mid-task: nobody acks
     assert [tag is not None for tag, _ in held_rows(db)] == [True], workers.logs()
 
     (tmp_path / "release").touch()

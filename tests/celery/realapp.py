@@ -5,8 +5,9 @@ its workers agree: ``PIKKU_T_BROKER``, ``PIKKU_T_DATABASE``, ``PIKKU_T_QUEUE``
 (a per-session queue-name prefix), ``PIKKU_T_VISIBILITY``, ``PIKKU_T_SWEEP``
 (seconds), ``PIKKU_T_MARKS`` (a folder for pid marks), ``PIKKU_T_METRICS``
 (``1``: the worker-side Prometheus metrics), ``PIKKU_T_FLOW_CODE`` (the
-code of :mod:`.versioned_flows` it runs) and ``PIKKU_T_EXTRA`` (modules
-whose ``install(app, pikku, env)`` adds a test's own tasks). Workers load the
+code of :mod:`.versioned_flows` it runs), ``PIKKU_T_EXTRA`` (modules whose
+``install(app, pikku, env)`` adds a test's own tasks) and ``PIKKU_T_KEYPREFIX``
+(a Redis broker node's key prefix). Workers load the
 module-level ``app``, built from their environment.
 """
 
@@ -71,6 +72,11 @@ def build(env: Mapping[str, str], **pikku_options: Any) -> TestApp:
             # the test's time frame.
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
+            **(
+                {"global_keyprefix": env["PIKKU_T_KEYPREFIX"]}
+                if env.get("PIKKU_T_KEYPREFIX")
+                else {}
+            ),
         },
         task_default_queue=default_queue,
         task_routes={"shop.label": {"queue": shipping_queue}},

@@ -21,11 +21,12 @@ import sqlalchemy as sa
 
 from pikku_celery.store import AttemptStatus
 from pikku_celery.store.model import BROKER, EAGER
+from pikku_celery.testing.nodes import LocalRabbitMQContainer, LocalRedisContainer
 from tests.helpers import wait_until
 from tests.services import PG_ADMIN_URL, SESSION_TAG
 
 from . import eagerapp, realapp
-from .test_real_workers import _check_broker, _purge, pg_tables  # noqa: F401 - a fixture
+from .test_real_workers import _broker, pg_tables  # noqa: F401 - a fixture
 from .workers import CeleryProcess, beat_argv, worker_argv
 
 VISIBILITY = 3.0
@@ -70,10 +71,10 @@ def make_cluster(
     request: pytest.FixtureRequest, pg_url: str, workdir: Path, **extra: str
 ) -> Iterator[Cluster]:
     kind = request.param
-    url = _check_broker(kind)
+    broker = _broker(kind)
     name = request.node.name[:24].replace("[", "-").replace("]", "")
     env = {
-        "PIKKU_T_BROKER": url,
+        "PIKKU_T_BROKER": broker.url,
         "PIKKU_T_DATABASE": pg_url,
         "PIKKU_T_QUEUE": f"{SESSION_TAG}-e{kind}-{name}",
         "PIKKU_T_VISIBILITY": str(VISIBILITY),
@@ -81,16 +82,20 @@ def make_cluster(
         "PIKKU_T_MARKS": str(workdir),
         **extra,
     }
+    if isinstance(broker, LocalRedisContainer):
+        env["PIKKU_T_KEYPREFIX"] = broker.prefix
     app = eagerapp.build(env)
     c = Cluster(kind, env, app, workdir)
     try:
         yield c
     finally:
         for w in c.workers:
-            w.stop()
+            w.kill()  # SIGKILL: nothing is checked after the test
         if c.beat is not None:
-            c.beat.stop()
-        _purge(kind, url, app.queues)
+            c.beat.kill()
+        if isinstance(broker, LocalRabbitMQContainer):
+            broker.delete_queues(app.queues)
+        broker.teardown()
         assert app.pikku.sql_engine is not None
         app.pikku.sql_engine.dispose()
 

@@ -2,7 +2,10 @@
 
 Workers are killed with SIGKILL, the broker is flushed and PostgreSQL is
 restarted under running workflows; every run still ends, with each step's
-outcome written once, by its current attempt.
+outcome written once, by its current attempt. Workers and brokers are the
+local nodes of pikku's pytest-celery plugin: a Redis broker is a key prefix
+of its own (flushing it loses this test's messages only), a RabbitMQ broker
+the server's default virtual host with this test's queues.
 """
 
 from __future__ import annotations
@@ -16,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from pikku_celery.store import AttemptStatus, RunStatus, StepKind
 from pikku_celery.store.schema import metadata
+from pikku_celery.testing.nodes import LocalRabbitMQContainer, LocalRedisContainer
 from tests.helpers import wait_until
 from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, unavailable
 
@@ -31,7 +34,7 @@ from .workers import CeleryProcess, beat, worker
 
 VISIBILITY = 3.0
 SWEEP = 1.0
-BROKER_REDIS_DB = 11  # flushed by the broker-loss test: nothing else lives there
+BROKER_REDIS_DB = 11
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +49,7 @@ class Cluster:
     env: dict[str, str]
     app: realapp.TestApp
     workdir: Path
+    broker: LocalRedisContainer | LocalRabbitMQContainer
     workers: list[CeleryProcess]
     beat: CeleryProcess | None = None
 
@@ -72,47 +76,26 @@ def pg_tables(postgres_url: str) -> str:
     return postgres_url
 
 
-def _check_broker(kind: str) -> str:
-    if kind == "redis":
-        url = _redis_broker_url()
-        try:
-            redis.Redis.from_url(url).ping()
-        except Exception as exc:
-            unavailable("redis", exc)
-        return url
-    from kombu import Connection
-
+def _broker(kind: str) -> LocalRedisContainer | LocalRabbitMQContainer:
+    """The test's broker node: a key prefix on Redis, or RabbitMQ's default vhost."""
+    broker: LocalRedisContainer | LocalRabbitMQContainer = (
+        LocalRedisContainer(_redis_broker_url())
+        if kind == "redis"
+        else LocalRabbitMQContainer(AMQP_URL)
+    )
     try:
-        with Connection(AMQP_URL, connect_timeout=5) as conn:
-            conn.ensure_connection(max_retries=1)
-    except Exception as exc:
-        unavailable("rabbitmq", exc)
-    return AMQP_URL
-
-
-def _purge(kind: str, url: str, queues: list[str]) -> None:
-    if kind == "redis":
-        client = redis.Redis.from_url(url)
-        for q in queues:
-            client.delete(q)
-        return
-    from kombu import Connection
-
-    with Connection(url) as conn:
-        channel = conn.channel()
-        for q in queues:
-            try:
-                channel.queue_delete(q)
-            except Exception:
-                channel = conn.channel()
+        broker.ready(timeout=5)
+    except ConnectionError as exc:
+        unavailable(kind, exc)
+    return broker
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])
 def cluster(request: pytest.FixtureRequest, pg_tables: str, tmp_path: Path) -> Iterator[Cluster]:
     kind = request.param
-    url = _check_broker(kind)
+    broker = _broker(kind)
     env = {
-        "PIKKU_T_BROKER": url,
+        "PIKKU_T_BROKER": broker.url,
         "PIKKU_T_DATABASE": pg_tables,
         "PIKKU_T_QUEUE": f"{SESSION_TAG}-{kind}-{request.node.name[:20]}".replace("[", "-").replace(
             "]", ""
@@ -121,18 +104,22 @@ def cluster(request: pytest.FixtureRequest, pg_tables: str, tmp_path: Path) -> I
         "PIKKU_T_SWEEP": str(SWEEP),
         "PIKKU_T_MARKS": str(tmp_path),
     }
+    if isinstance(broker, LocalRedisContainer):
+        env["PIKKU_T_KEYPREFIX"] = broker.prefix
     app = realapp.build(env)
-    c = Cluster(kind, env, app, tmp_path, [])
+    c = Cluster(kind, env, app, tmp_path, broker, [])
     try:
         c.beat = beat(env, tmp_path)
         c.add_worker()
         yield c
     finally:
         for w in c.workers:
-            w.stop()
+            w.kill()  # SIGKILL: nothing is checked after the test
         if c.beat is not None:
-            c.beat.stop()
-        _purge(kind, url, app.queues)
+            c.beat.kill()
+        if isinstance(broker, LocalRabbitMQContainer):
+            broker.delete_queues(app.queues)
+        broker.teardown()
         assert app.pikku.sql_engine is not None
         app.pikku.sql_engine.dispose()
 
@@ -236,7 +223,8 @@ def test_all_runs_complete_after_the_broker_is_flushed(cluster: Cluster) -> None
     five = cluster.app.workflows["five"]
     runs = [five.start(i) for i in range(20)]
     wait_until(lambda: any(r.steps() and len(r.steps()) > 2 for r in runs), timeout=30)
-    redis.Redis.from_url(cluster.env["PIKKU_T_BROKER"]).flushdb()
+    assert isinstance(cluster.broker, LocalRedisContainer)
+    assert cluster.broker.flush() > 0  # every queued and unacked message of the test: lost
     for i, r in enumerate(runs):
         try:
             assert r.wait(timeout=90) == sum(2 * (i + k) for k in range(5))

@@ -1,75 +1,164 @@
-"""Real `celery worker` and `celery beat` subprocesses for the tests."""
+"""Real ``celery worker`` and ``celery beat`` processes for the tests: pikku's local nodes.
+
+:func:`worker` and :func:`beat` start one of the app module ``app_module``
+(``celery -A``; :mod:`tests.celery.realapp` unless told) and return its
+pytest-celery node: ``kill(signal)`` (SIGKILL by default, SIGSTOP/SIGCONT
+too), ``logs()``, ``wait_for_log()``, ``hostname()``, ``stop()``. The
+:class:`CeleryProcess` names this project's tests have used (``log()``,
+``wait_ready()``, ``log_path``, ``proc``; a ``with`` block stops it) stay.
+"""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
-from tests.helpers import wait_until
+from pytest_celery import CeleryTestNode
+
+from pikku_celery.testing.nodes import (
+    LocalBeatContainer,
+    LocalProcessContainer,
+    LocalWorkerContainer,
+)
+from pikku_celery.testing.nodes.api import FastLogs, LocalTestWorker
+from pikku_celery.testing.nodes.worker import BEAT_READY, WORKER_READY
 
 ROOT = Path(__file__).resolve().parents[2]
+APP_MODULE = "tests.celery.realapp"
 
 
-class CeleryProcess:
-    """One celery process group (a worker with its pool, or beat) and its log,
-    of the app module ``app_module`` (``celery -A``)."""
+class ArgvContainer(LocalProcessContainer):
+    """A celery process of ``celery -A app_module ARGV``: worker or beat, by ``argv[0]``."""
 
-    app_module = "tests.celery.realapp"
+    def __init__(self, app_module: str, argv: list[str], **options: Any) -> None:
+        super().__init__(app_module, argv, **options)
+        self.ready_prompt = WORKER_READY if argv[:1] == ["worker"] else BEAT_READY
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], log: Path) -> None:
-        self.argv = argv
-        self.env = {**os.environ, **env}
-        self.log_path = log
-        self.proc: subprocess.Popen[bytes] | None = None
+
+class CeleryProcess(CeleryTestNode):
+    """A node of a local celery process (worker or beat), with the names the tests use.
+
+    Also made the way this module's callers once made their processes,
+    ``CeleryProcess(worker_argv(...), env, log)`` with the class's
+    ``app_module``, then ``.start()``.
+    """
+
+    app_module = APP_MODULE
+    container: LocalProcessContainer
+
+    def __init__(
+        self,
+        container: LocalProcessContainer | list[str],
+        env: Mapping[str, str] | None = None,
+        log: Path | None = None,
+        app: Any = None,
+    ) -> None:
+        if isinstance(container, list):
+            container = ArgvContainer(self.app_module, container, env=env, log_path=log, cwd=ROOT)
+        super().__init__(container, app)
+
+    @property
+    def log_path(self) -> Path:
+        return self.container.log_path
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.container.process.proc
+
+    @property
+    def pid(self) -> int | None:
+        """The process group's id (its leader's pid)."""
+        return self.container.pid
 
     def start(self) -> CeleryProcess:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", self.app_module, *self.argv],
-            env=self.env,
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: kill it whole
-        )
-        log.close()
+        self.container.start()
         return self
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.logs()
 
     def wait_ready(self, timeout: float = 30.0) -> CeleryProcess:
-        def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"celery exited early:\n{self.log()[-3000:]}")
-            return "ready." in self.log() or "beat: Starting" in self.log()
-
-        wait_until(ready, timeout=timeout, interval=0.1)
+        """Wait for the ready line; AssertionError (with the log) if it does not come."""
+        try:
+            self.container.ready(timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            raise AssertionError(str(exc)) from None
         return self
 
-    def kill(self) -> None:
-        """SIGKILL the whole process group: the worker and its pool."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM (a warm shutdown), then SIGKILL after ``timeout`` seconds."""
+        self.container.stop(timeout)
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.kill()
+    def __enter__(self) -> CeleryProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class WorkerProcess(CeleryProcess, LocalTestWorker):
+    """A ``celery worker`` node."""
+
+    container: LocalWorkerContainer
+
+
+class BeatProcess(CeleryProcess, FastLogs):
+    """A ``celery beat`` node."""
+
+    container: LocalBeatContainer
+
+
+def worker(
+    env: Mapping[str, str],
+    queues: list[str],
+    log: Path,
+    name: str,
+    concurrency: int = 1,
+    *,
+    app_module: str = APP_MODULE,
+    container_cls: type[LocalWorkerContainer] = LocalWorkerContainer,
+    **options: Any,
+) -> WorkerProcess:
+    """Start a prefork ``celery worker`` of ``app_module`` on ``queues``, node
+    ``name``, its log in ``log``; ``options`` go to its container."""
+    container = container_cls(
+        app_module,
+        queues=queues,
+        worker_name=name,
+        concurrency=concurrency,
+        env=env,
+        log_path=log,
+        cwd=ROOT,
+        **options,
+    )
+    node = WorkerProcess(container)
+    node.start()
+    return node
+
+
+def beat(
+    env: Mapping[str, str], workdir: Path, *, app_module: str = APP_MODULE, **options: Any
+) -> BeatProcess:
+    """Start ``celery beat`` of ``app_module``, its log and schedule in ``workdir``."""
+    container = LocalBeatContainer(
+        app_module, env=env, log_path=workdir / "beat.log", cwd=ROOT, **options
+    )
+    node = BeatProcess(container)
+    node.start()
+    return node
 
 
 def worker_argv(queues: list[str], name: str, concurrency: int = 1) -> list[str]:
-    """``celery worker`` arguments: prefork, ``queues``, node ``name``, INFO log."""
+    """``celery worker`` arguments (prefork, ``queues``, node ``name``, INFO log),
+    for ``CeleryProcess(argv, env, log)``."""
     return [
         "worker",
         "--pool",
@@ -91,17 +180,3 @@ def worker_argv(queues: list[str], name: str, concurrency: int = 1) -> list[str]
 def beat_argv(workdir: Path) -> list[str]:
     """``celery beat`` arguments, its schedule file in ``workdir``."""
     return ["beat", "--loglevel", "INFO", "-s", str(workdir / "beat-schedule")]
-
-
-def worker(
-    env: Mapping[str, str],
-    queues: list[str],
-    log: Path,
-    name: str,
-    concurrency: int = 1,
-) -> CeleryProcess:
-    return CeleryProcess(worker_argv(queues, name, concurrency), env, log).start()
-
-
-def beat(env: Mapping[str, str], workdir: Path) -> CeleryProcess:
-    return CeleryProcess(beat_argv(workdir), env, workdir / "beat.log").start()

@@ -1,7 +1,8 @@
 """The example Django site end to end: start on commit, a real worker, the status page.
 
-A real ``celery worker`` (prefork, 2 processes) runs the shop on the embedded
-default (SQLite store, SQLite-file broker) under a scratch ``PIKKU_DEMO_HOME``.
+A real ``celery worker`` (prefork, 2 processes; a local worker node) runs the
+shop on the embedded default (SQLite store, SQLite-file broker) under a scratch
+``PIKKU_DEMO_HOME``.
 The site itself is driven with Django's test client in a subprocess
 (``tests/contrib/django_site_client.py``): its settings module cannot share
 this process with the settings ``test_django.py`` configures.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,36 +22,23 @@ import sqlalchemy as sa
 
 from pikku_celery.sql.engines import create_sqlite_engine
 from pikku_celery.store.schema import run_table
-from tests.helpers import wait_until
+from tests.celery.workers import WorkerProcess, worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """``celery -A example_project.app worker`` in a process group of its own."""
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable, "-m", "celery", "-A", "example_project.app", "worker",
-                "-Q", "celery,shipping", "--pool", "prefork", "-c", "2",
-                "-n", "django-site@%h", "--loglevel", "INFO",
-                "--without-gossip", "--without-mingle", "--without-heartbeat",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-
-
-def stop_worker(worker: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the worker's whole process group: the main process and its pool."""
-    if worker.poll() is None:
-        os.killpg(worker.pid, signal.SIGKILL)
-    worker.wait(10)
+def start_worker(env: dict[str, str], log: Path) -> WorkerProcess:
+    """``celery -A example_project.app worker`` (prefork, 2 processes), as a local node."""
+    return worker(
+        env,
+        ["celery", "shipping"],
+        log,
+        "django-site",
+        concurrency=2,
+        app_module="example_project.app",
+    )
 
 
 def top_level_runs(home: Path) -> list[dict[str, Any]]:
@@ -82,15 +69,9 @@ def test_the_site_starts_a_run_on_commit_only_and_a_real_worker_completes_it(
     def worker_log() -> str:
         return log.read_text(errors="replace")[-4000:] if log.exists() else ""
 
-    worker = start_worker(env, log)
+    node = start_worker(env, log)
     try:
-
-        def ready() -> bool:
-            if worker.poll() is not None:
-                raise AssertionError(f"the worker exited early:\n{worker_log()}")
-            return "ready." in worker_log()
-
-        wait_until(ready, timeout=60, interval=0.1)
+        node.wait_ready(timeout=60)
         site = subprocess.run(
             [sys.executable, "-m", "tests.contrib.django_site_client"],
             cwd=ROOT,
@@ -100,7 +81,7 @@ def test_the_site_starts_a_run_on_commit_only_and_a_real_worker_completes_it(
             timeout=180,
         )
     finally:
-        stop_worker(worker)
+        node.kill()  # SIGKILL to the whole group: the main process and its pool
 
     assert site.returncode == 0, f"{site.stderr[-4000:]}\n--- worker log\n{worker_log()}"
     report = json.loads(site.stdout)

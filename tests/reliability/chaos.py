@@ -1,16 +1,18 @@
 """The chaos suite: many workflows on real workers while everything breaks.
 
 N five-step workflows (:mod:`tests.reliability.chaosapp`) run on a Redis
-broker and a PostgreSQL store with several ``celery worker`` processes and a
-``celery beat``. For the length of the chaos window a killer SIGKILLs a
-worker's process group every few seconds and starts a replacement (half the
-kills go to a worker that is running a step); a quarter of its turns instead
-freeze a busy worker (SIGSTOP) past its lease and then let it go on, so a
-superseded attempt really reaches its fenced write. Once in the window the
-broker's database is flushed (every queued and unacked message lost) and once
-PostgreSQL is restarted, each just after a burst of new runs. Then the
-killing stops and every run must settle within a deadline. The checks, from
-the store, the ledger, the Redis counters and the workers' logs:
+broker node (a key prefix of its own) and a PostgreSQL store with several
+``celery worker`` nodes and a ``celery beat`` (pikku's local pytest-celery
+nodes, :mod:`tests.celery.workers`). For the length of the chaos window a
+killer SIGKILLs a worker's process group every few seconds and starts a
+replacement (half the kills go to a worker that is running a step); a quarter
+of its turns instead freeze a busy worker (SIGSTOP) past its lease and then
+let it go on, so a superseded attempt really reaches its fenced write. Once in the window the
+broker is flushed (every key of the run's Redis broker node: every queued and
+unacked message lost) and once PostgreSQL is restarted, each just after a
+burst of new runs. Then the killing stops and every run must settle within a
+deadline. The checks, from the store, the ledger, the Redis counters and the
+workers' logs:
 
 - every run completed;
 - every step has exactly one ledger row, written by its final attempt;
@@ -55,7 +57,8 @@ import redis
 import sqlalchemy as sa
 
 from pikku_celery.store.schema import attempt_table, metadata, run_table, step_table
-from tests.celery.workers import CeleryProcess
+from pikku_celery.testing.nodes import LocalRedisContainer, LocalWorkerContainer
+from tests.celery.workers import BeatProcess, WorkerProcess, beat, worker
 from tests.helpers import wait_until
 from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database
 
@@ -63,6 +66,7 @@ from . import chaosapp
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_MODULE = "tests.reliability.chaosapp"
+LAUNCHER = "tests.reliability.launch"
 SKEW = "+1h"
 SKEW_SECONDS = 3600.0
 CLOCK_TOLERANCE = 120.0  # seconds: what "an hour fast" and "on time" allow
@@ -88,60 +92,69 @@ def skewed(argv: list[str]) -> list[str]:
     return ["faketime", "-f", SKEW, *argv]
 
 
-class ChaosProcess(CeleryProcess):
-    """A celery process of the chaos app, optionally with its clock an hour fast.
+class ChaosWorkerContainer(LocalWorkerContainer):
+    """A worker of the chaos app, optionally with its clock an hour fast.
 
-    A skewed process runs as ``faketime -f +1h python -m
-    tests.reliability.launch ...`` with ``FAKETIME_DONT_FAKE_MONOTONIC=1``
-    (a faked monotonic clock hangs Python's timed lock waits) and the
-    launcher's sleep shim (that mode breaks ``time.sleep``): see
-    :mod:`tests.reliability.launch`.
+    Started through :mod:`tests.reliability.launch`; a skewed one as
+    ``faketime -f +1h python -m tests.reliability.launch ...`` with
+    ``FAKETIME_DONT_FAKE_MONOTONIC=1`` (a faked monotonic clock hangs Python's
+    timed lock waits) and the launcher's sleep shim (that mode breaks
+    ``time.sleep``): see :mod:`tests.reliability.launch`.
     """
 
-    def __init__(
-        self, argv: list[str], env: Mapping[str, str], log: Path, skew: bool = False
-    ) -> None:
-        extra = {"PIKKU_CHAOS_SKEWED": "1" if skew else "0"} | (SKEW_ENV if skew else {})
-        super().__init__(argv, {**env, **extra}, log)
+    def __init__(self, *args: Any, skew: bool = False, **options: Any) -> None:
         self.skewed = skew
+        extra = {"PIKKU_CHAOS_SKEWED": "1" if skew else "0"} | (SKEW_ENV if skew else {})
+        options["env"] = {**options.get("env", {}), **extra}
+        if skew:
+            options["command_prefix"] = ["faketime", "-f", SKEW]
+        super().__init__(*args, python_module=LAUNCHER, **options)
 
-    def start(self) -> ChaosProcess:
-        argv = [sys.executable, "-m", "tests.reliability.launch", "-A", APP_MODULE, *self.argv]
-        if self.skewed:
-            argv = skewed(argv)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)  # in case /tmp was swept
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                env=self.env,
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: kill it whole
-            )
-        return self
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):  # the group is gone already
-            super().kill()
-        self._clean_faketime()
-
-    def _clean_faketime(self) -> None:
+    def _after_exit(self) -> None:
         """faketime keeps a shared-memory segment and a semaphore per wrapper
         pid and removes them only on a clean exit; a stale pair breaks the
         next faketime that gets the same pid."""
-        if not self.skewed or self.proc is None or self.proc.poll() is None:
+        pid = self.pid
+        if not self.skewed or pid is None or self.process.running:
             return
-        for name in (f"faketime_shm_{self.proc.pid}", f"sem.faketime_sem_{self.proc.pid}"):
+        for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
             Path("/dev/shm", name).unlink(missing_ok=True)
 
 
+def chaos_worker(
+    env: Mapping[str, str], queue: str, log: Path, name: str, concurrency: int, skew: bool = False
+) -> WorkerProcess:
+    """Start a worker node of the chaos app on ``queue``."""
+    return worker(
+        env,
+        [queue],
+        log,
+        name,
+        concurrency,
+        app_module=APP_MODULE,
+        container_cls=ChaosWorkerContainer,
+        skew=skew,
+    )
+
+
+def chaos_beat(env: Mapping[str, str], workdir: Path) -> BeatProcess:
+    """Start beat of the chaos app (its log and schedule in ``workdir``)."""
+    return beat(
+        {**env, "PIKKU_CHAOS_SKEWED": "0"}, workdir, app_module=APP_MODULE, python_module=LAUNCHER
+    )
+
+
 def chaos_env(
-    tag: str, database_url: str, broker_url: str, visibility: float = 3.0, sweep: float = 1.0
+    tag: str,
+    database_url: str,
+    broker: LocalRedisContainer,
+    visibility: float = 3.0,
+    sweep: float = 1.0,
 ) -> dict[str, str]:
-    """The settings of :mod:`tests.reliability.chaosapp` for one chaos run."""
+    """The settings of :mod:`tests.reliability.chaosapp` for one chaos run on ``broker``."""
     return {
-        "PIKKU_CHAOS_BROKER": broker_url,
+        "PIKKU_CHAOS_BROKER": broker.url,
+        "PIKKU_CHAOS_KEYPREFIX": broker.prefix,
         "PIKKU_CHAOS_DATABASE": database_url,
         "PIKKU_CHAOS_QUEUE": tag,
         "PIKKU_CHAOS_COUNTER": REDIS_URL,
@@ -149,32 +162,6 @@ def chaos_env(
         "PIKKU_CHAOS_VISIBILITY": str(visibility),
         "PIKKU_CHAOS_SWEEP": str(sweep),
     }
-
-
-def forget_queue(broker: redis.Redis, queue: str) -> None:
-    """Delete a chaos queue from the Redis broker: its lists and kombu's bindings."""
-    for pattern in (f"{queue}*", f"_kombu.binding*.{queue}"):
-        for key in broker.scan_iter(match=pattern, count=1000):
-            broker.delete(key)
-
-
-def worker_argv(queue: str, name: str, concurrency: int) -> list[str]:
-    return [
-        "worker",
-        "--pool",
-        "prefork",
-        "-c",
-        str(concurrency),
-        "-Q",
-        queue,
-        "-n",
-        f"{name}@%h",
-        "--loglevel",
-        "INFO",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-    ]
 
 
 # --- configuration and results -------------------------------------------------
@@ -194,7 +181,7 @@ class ChaosConfig:
     visibility: float = 3.0  # the Redis visibility timeout, so the step lease
     sweep: float = 1.0
     settle_timeout: float = 120.0  # after the window: every run must end by then
-    broker_db: int = 11  # flushed: nothing else may live there
+    broker_db: int = 11  # the broker node's prefix is flushed, not the database
     seed: int | None = None
     keep_logs: bool = False
     workdir: Path | None = None  # where the logs go (a new folder inside); default: tmp
@@ -256,7 +243,7 @@ class ChaosSummary:
             f" (counter sum {self.executions} - {self.steps} steps)",
             f"  faults                   {self.kills} SIGKILLs, {self.pauses} pauses"
             f" ({self.worker_starts} worker starts, {self.failed_worker_starts} failed to start);"
-            f" FLUSHDB {'yes' if self.flushed_broker else 'NO'}"
+            f" broker flushed {'yes' if self.flushed_broker else 'NO'}"
             f" ({self.steps_running_at_flush} steps running);"
             f" PostgreSQL restart {'yes' if self.restarted_postgres else 'NO'}"
             f" ({self.postgres_restart_seconds:.1f} s,"
@@ -294,13 +281,13 @@ class _Chaos:
         self.workdir = Path(tempfile.mkdtemp(prefix="pikku-chaos-", dir=cfg.workdir))
         self.summary = ChaosSummary(runs=cfg.runs, skewed_worker=cfg.skew_worker)
         self.summary.workdir = str(self.workdir)
-        self.broker_url = REDIS_URL.rsplit("/", 1)[0] + f"/{cfg.broker_db}"
+        self.broker = LocalRedisContainer(REDIS_URL.rsplit("/", 1)[0] + f"/{cfg.broker_db}")
         self.stop = threading.Event()  # the chaos window is over: no more kills
         self.abort = threading.Event()  # tearing down: the workload stops too
-        self.slots: list[ChaosProcess] = []
-        self.retired: list[ChaosProcess] = []
+        self.slots: list[WorkerProcess] = []
+        self.retired: list[WorkerProcess] = []
         self.incarnations = 0
-        self.beat: ChaosProcess | None = None
+        self.beat: BeatProcess | None = None
         self.run_ids: dict[int, str] = {}
         self.errors: list[str] = []
         self.t0 = time.monotonic()
@@ -309,19 +296,22 @@ class _Chaos:
         self.echo(f"[chaos {time.monotonic() - self.t0:6.1f}s] {msg}")
 
     # --- processes ---------------------------------------------------------
-    def spawn(self, slot: int) -> ChaosProcess:
+    def spawn(self, slot: int) -> WorkerProcess:
         self.incarnations += 1
         name = f"w{slot}-{self.incarnations}"
-        proc = ChaosProcess(
-            worker_argv(self.app.queue, f"{name}-{self.tag}", self.cfg.concurrency),
+        self.workdir.mkdir(parents=True, exist_ok=True)  # in case /tmp was swept
+        proc = chaos_worker(
             self.env,
+            self.app.queue,
             self.workdir / f"{name}.log",
+            f"{name}-{self.tag}",
+            self.cfg.concurrency,
             skew=self.cfg.skew_worker and slot == 0,
         )
         self.summary.worker_starts += 1
-        return proc.start()
+        return proc
 
-    def start_worker(self, slot: int, deadline: float) -> ChaosProcess:
+    def start_worker(self, slot: int, deadline: float) -> WorkerProcess:
         """Start a worker in ``slot``, again if it dies on the way up (it cannot
         while PostgreSQL restarts: building the app checks the schema)."""
         while True:
@@ -338,24 +328,20 @@ class _Chaos:
                 self.log(f"worker {proc.log_path.stem} failed to start; starting another")
                 self.stop.wait(0.5)  # a restart's cadence, not synchronisation
 
-    def pause(self, victim: ChaosProcess) -> None:
+    def pause(self, victim: WorkerProcess) -> None:
         """Freeze a worker (its lease keeper too) until its leases lapse and
         another worker takes its steps over; then let it finish what it held.
         The killer goes on meanwhile (it may kill the frozen worker too)."""
-        proc = victim.proc
-        assert proc is not None
         seconds = self.cfg.visibility * 1.5 + 1
-        try:
-            os.killpg(proc.pid, signal.SIGSTOP)
-        except ProcessLookupError:
+        if victim.container.status != "running":
             return  # it died by itself: the next strike replaces it
+        victim.kill("SIGSTOP", reload_container=False)
         self.summary.pauses += 1
         self.log(f"SIGSTOP {victim.log_path.stem} for {seconds:.1f} s")
 
         def resume() -> None:
-            if proc.poll() is None:  # not reaped, so the group id is still its own
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGCONT)
+            # Only while not reaped (the node checks), so the group id is still its own.
+            victim.kill("SIGCONT", reload_container=False)
 
         timer = threading.Timer(seconds, resume)  # the fault's length
         timer.daemon = True
@@ -375,7 +361,7 @@ class _Chaos:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 groups.add(os.getpgid(pid))
-        return [i for i, p in enumerate(self.slots) if p.proc is not None and p.proc.pid in groups]
+        return [i for i, p in enumerate(self.slots) if p.pid in groups]
 
     def killer(self) -> None:
         """Every few seconds, a fault on a worker: half the kills and every
@@ -455,9 +441,9 @@ class _Chaos:
 
     def flush_broker(self) -> None:
         self.summary.steps_running_at_flush = self.when_busy()
-        redis.Redis.from_url(self.broker_url).flushdb()
+        self.broker.flush()  # every queued and unacked message of this run: lost
         self.summary.flushed_broker = True
-        self.log(f"FLUSHDB of the broker ({self.summary.steps_running_at_flush} steps running)")
+        self.log(f"broker flushed ({self.summary.steps_running_at_flush} steps running)")
 
     def restart_postgres(self) -> None:
         self.summary.steps_running_at_restart = self.when_busy()
@@ -503,7 +489,7 @@ class _Chaos:
             metadata.create_all(setup)
             chaosapp.ledger.create(setup)
             setup.dispose()
-            self.env = chaos_env(self.tag, url, self.broker_url, cfg.visibility, cfg.sweep)
+            self.env = chaos_env(self.tag, url, self.broker, cfg.visibility, cfg.sweep)
             self.app = chaosapp.build(self.env)
             assert self.app.pikku.sql_engine is not None
             self.engine = self.app.pikku.sql_engine
@@ -519,11 +505,7 @@ class _Chaos:
 
     def _run(self) -> None:
         cfg = self.cfg
-        self.beat = ChaosProcess(
-            ["beat", "--loglevel", "INFO", "-s", str(self.workdir / "beat-schedule")],
-            self.env,
-            self.workdir / "beat.log",
-        ).start()
+        self.beat = chaos_beat(self.env, self.workdir)
         self.slots = [self.spawn(slot) for slot in range(cfg.workers)]
         for slot, proc in enumerate(self.slots):
             try:
@@ -573,11 +555,11 @@ class _Chaos:
         self.stop.set()
         self.abort.set()
         for proc in [*self.slots, *([self.beat] if self.beat else [])]:
-            proc.kill()
+            proc.teardown()  # SIGKILL
         for proc in self.retired:
-            proc.kill()  # already dead: removes faketime's leftovers
+            proc.teardown()  # already dead: removes faketime's leftovers
         try:
-            forget_queue(redis.Redis.from_url(self.broker_url), self.app.queue)
+            self.broker.teardown()  # every key of the run's broker node
             for key in self.counter.scan_iter(match=f"{self.tag}:*", count=1000):
                 self.counter.delete(key)
         except redis.RedisError as exc:

@@ -3,7 +3,8 @@
 :func:`build` makes it from a settings mapping, so the runner and its workers
 agree. Settings (all strings):
 
-``PIKKU_CHAOS_BROKER``      broker URL (Redis, a database that may be flushed)
+``PIKKU_CHAOS_BROKER``      broker URL (Redis)
+``PIKKU_CHAOS_KEYPREFIX``   the broker node's key prefix (flushed: the run's messages lost)
 ``PIKKU_CHAOS_DATABASE``    the store's URL; the ledger table lives there too
 ``PIKKU_CHAOS_QUEUE``       queue-name prefix, unique per chaos run
 ``PIKKU_CHAOS_COUNTER``     Redis URL of the non-transactional counters
@@ -114,6 +115,11 @@ def build(env: Mapping[str, str]) -> ChaosApp:
             # (kombu's default is ~100 s), so redelivery happens within the run.
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
+            **(
+                {"global_keyprefix": env["PIKKU_CHAOS_KEYPREFIX"]}
+                if env.get("PIKKU_CHAOS_KEYPREFIX")
+                else {}
+            ),
         },
         task_default_queue=queue,
         worker_prefetch_multiplier=1,

@@ -1,7 +1,7 @@
 """The chaos suite, short form (CI), and its clock-skew run.
 
 Each run: 40 five-step workflows, 3 real workers and beat, a worker SIGKILLed
-(or frozen past its lease) every ~3 s, one FLUSHDB of the broker and one
+(or frozen past its lease) every ~3 s, one flush of the broker and one
 PostgreSQL restart; then every run must end with each step's ledger row and
 result written exactly once, by its final attempt. The long form is
 ``python -m tests.reliability.chaos --runs 200 --minutes 10``.
@@ -22,6 +22,8 @@ import redis
 import sqlalchemy as sa
 
 from pikku_celery.store.schema import metadata
+from pikku_celery.testing.nodes import LocalRedisContainer
+from tests.celery.workers import CeleryProcess
 from tests.helpers import wait_until
 from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database, unavailable
 
@@ -32,13 +34,12 @@ from .chaos import (
     SKEW_ENV,
     SKEW_SECONDS,
     ChaosConfig,
-    ChaosProcess,
     ChaosSummary,
+    chaos_beat,
     chaos_env,
-    forget_queue,
+    chaos_worker,
     run_chaos,
     skewed,
-    worker_argv,
 )
 from .chaosapp import STEPS
 
@@ -152,31 +153,22 @@ def test_a_lone_worker_recovers_lost_messages_through_the_sweep(
     if skew:
         _require("faketime")
     tag = f"{SESSION_TAG}_lone{int(skew)}"
-    broker_url = REDIS_URL.rsplit("/", 1)[0] + "/11"
+    broker_node = LocalRedisContainer(REDIS_URL.rsplit("/", 1)[0] + "/11")
     with scratch_database(PG_ADMIN_URL, tag) as url:
         setup = sa.create_engine(url, poolclass=sa.pool.NullPool)
         metadata.create_all(setup)
         chaosapp.ledger.create(setup)
         setup.dispose()
-        env = chaos_env(tag, url, broker_url)
+        env = chaos_env(tag, url, broker_node)
         app = chaosapp.build(env)
-        broker = redis.Redis.from_url(broker_url)
-        procs: list[ChaosProcess] = []
+        broker = redis.Redis.from_url(broker_node.url)
+        procs: list[CeleryProcess] = []
         try:
             runs = [app.workflow.start(i) for i in range(3)]
-            assert broker.delete(app.queue) == 1  # their first steps' messages: lost
-            procs.append(
-                ChaosProcess(
-                    ["beat", "--loglevel", "INFO", "-s", str(tmp_path / "beat-schedule")],
-                    env,
-                    tmp_path / "beat.log",
-                ).start()
-            )
-            procs.append(
-                ChaosProcess(
-                    worker_argv(app.queue, f"lone-{tag}", 2), env, tmp_path / "w.log", skew=skew
-                ).start()
-            )
+            # their first steps' messages: lost
+            assert broker.delete(f"{broker_node.prefix}{app.queue}") == 1
+            procs.append(chaos_beat(env, tmp_path))
+            procs.append(chaos_worker(env, app.queue, tmp_path / "w.log", f"lone-{tag}", 2, skew))
             for proc in procs:
                 proc.wait_ready(timeout=60)
             try:
@@ -194,8 +186,8 @@ def test_a_lone_worker_recovers_lost_messages_through_the_sweep(
                 raise
         finally:
             for proc in procs:
-                proc.kill()
-            forget_queue(broker, app.queue)
+                proc.teardown()  # SIGKILL (and faketime's leftovers removed)
+            broker_node.teardown()
             for key in redis_client.scan_iter(match=f"{tag}:*"):
                 redis_client.delete(key)
             assert app.pikku.sql_engine is not None

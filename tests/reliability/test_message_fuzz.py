@@ -43,7 +43,7 @@ from pikku_celery.celery.step_body import attempt_task_id
 from pikku_celery.store import AttemptStatus, RunStatus, StepState, StepStatus
 from pikku_celery.store.migrate import upgrade
 from pikku_celery.store.schema import attempt_table, run_table, signal_table, step_table
-from tests.celery.workers import CeleryProcess, beat_argv, worker_argv
+from tests.celery.workers import BeatProcess, WorkerProcess, beat, worker
 from tests.helpers import wait_until
 from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database, unavailable
 
@@ -71,20 +71,14 @@ WORKER_LOST = re.compile(r"WorkerLostError|exited prematurely|pid:\d+ exited")
 # --- processes ---------------------------------------------------------------------
 
 
-class FuzzProcess(CeleryProcess):
-    """A celery process (worker or beat) of the fuzz app."""
-
-    app_module = APP_MODULE
-
-
 @dataclass
 class Cluster:
     env: dict[str, str]
     app: fuzzapp.FuzzApp
     broker: redis.Redis
     workdir: Path
-    worker: FuzzProcess
-    beat: FuzzProcess
+    worker: WorkerProcess
+    beat: BeatProcess
 
     @property
     def engine(self) -> sa.Engine:
@@ -128,21 +122,22 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             "PIKKU_FUZZ_SWEEP": str(SWEEP_SECONDS),
         }
         app = fuzzapp.build(env)
-        worker = FuzzProcess(
-            worker_argv(app.queues, f"fuzz-{SESSION_TAG}", concurrency=2),
+        worker_node = worker(
             env,
+            app.queues,
             tmp_path / "worker.log",
+            f"fuzz-{SESSION_TAG}",
+            concurrency=2,
+            app_module=APP_MODULE,
         )
-        beat = FuzzProcess(beat_argv(tmp_path), env, tmp_path / "beat.log")
+        beat_node = beat(env, tmp_path, app_module=APP_MODULE)
         try:
-            worker.start()
-            beat.start()
-            worker.wait_ready(timeout=60)
-            beat.wait_ready(timeout=60)
-            yield Cluster(env, app, client, tmp_path, worker, beat)
+            worker_node.wait_ready(timeout=60)
+            beat_node.wait_ready(timeout=60)
+            yield Cluster(env, app, client, tmp_path, worker_node, beat_node)
         finally:
-            worker.stop()
-            beat.stop()
+            worker_node.kill()  # SIGKILL: the test checked the worker while it ran
+            beat_node.kill()
             _forget_queues(client, app.queues)
             client.close()
             assert app.pikku.sql_engine is not None
@@ -631,7 +626,7 @@ def test_forged_messages_change_nothing(cluster: Cluster) -> None:
         )
 
     # 5. the worker is alive, and so were its pool processes throughout
-    if cluster.worker.proc is None or cluster.worker.proc.poll() is not None:
+    if cluster.worker.container.status != "running":
         problems.append("worker: its main process has exited")
     lost = [line for line in cluster.worker.log().splitlines() if WORKER_LOST.search(line)]
     if lost:
