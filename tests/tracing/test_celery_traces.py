@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import sqlalchemy as sa
 from celery import Celery, signals
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
@@ -25,8 +26,9 @@ from pikku_celery import Context, Pikku
 from pikku_celery.celery.messages import TRACE_HEADER, message_trace
 from pikku_celery.store import InMemoryWorkflowStore
 from pikku_celery.store.schema import metadata
+from pikku_celery.testing.nodes import LocalRabbitMQContainer
 from pikku_celery.tracing import TracingObserver
-from tests.celery.test_real_workers import _check_broker, _purge
+from tests.celery.test_real_workers import _broker
 from tests.celery.workers import CeleryProcess, worker_argv
 from tests.helpers import memory_broker_config, wait_until
 from tests.services import SESSION_TAG
@@ -185,10 +187,10 @@ def test_on_a_real_worker_one_trace_spans_both_processes(
     tracing: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = tracing
-    url = _check_broker(broker)
+    node = _broker(broker)
     traces = tmp_path / "worker-spans.jsonl"
     env = {
-        "PIKKU_T_BROKER": url,
+        "PIKKU_T_BROKER": node.url,
         "PIKKU_T_DATABASE": pg_tables,
         "PIKKU_T_QUEUE": f"{SESSION_TAG}-traced-{broker}",
         "PIKKU_T_TRACES": str(traces),
@@ -217,8 +219,12 @@ def test_on_a_real_worker_one_trace_spans_both_processes(
         print(proc.log()[-4000:])
         raise
     finally:
-        proc.stop()
-        _purge(broker, url, [built.queue])
+        proc.kill()
+        if isinstance(node, LocalRabbitMQContainer):
+            node.delete_queues([built.queue])
+        else:
+            redis.Redis.from_url(node.url).delete(built.queue)
+        node.teardown()
         engine.dispose()
     spans = finished(exporter) + worker_spans
     root = check_run_trace(spans, "traced.three", STEPS, dispatches(run))
