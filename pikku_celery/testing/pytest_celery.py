@@ -30,12 +30,14 @@ FIXTURES = "pikku_celery.testing.nodes.fixtures"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The plugin's ini options (see :mod:`.nodes.settings`)."""
     from .nodes.settings import add_ini_options
 
     add_ini_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Put the local nodes' fixtures in place of pytest-celery's Docker ones."""
     if importlib.util.find_spec("pytest_celery") is None:
         raise pytest.UsageError(
             "pikku_celery.testing.pytest_celery needs pytest-celery: pip install pytest-celery"

@@ -32,6 +32,7 @@ class FastLogs(CeleryTestNode):
     """``wait_for_log`` and its assertions, polling every 50 ms."""
 
     def wait_for_log(self, log: str, message: str = "", timeout: int = 60) -> None:
+        """Wait for ``log`` in the node's output, polling often (a local log is cheap to read)."""
         deadline = time.monotonic() + timeout
         while log not in self.logs():
             if time.monotonic() >= deadline:
@@ -40,12 +41,14 @@ class FastLogs(CeleryTestNode):
             time.sleep(LOG_POLL)  # polling the log, with a deadline
 
     def assert_log_exists(self, log: str, message: str = "", timeout: int = 60) -> None:
+        """Fail unless ``log`` shows up in the node's output within ``timeout`` seconds."""
         try:
             self.wait_for_log(log, message, timeout)
         except TimeoutError:
             raise AssertionError(f"{self.name()} did not log {log!r} within {timeout} s") from None
 
     def assert_log_does_not_exist(self, log: str, message: str = "", timeout: int = 1) -> None:
+        """Fail if ``log`` shows up in the node's output within ``timeout`` seconds."""
         try:
             self.wait_for_log(log, message, timeout)
         except TimeoutError:
@@ -125,6 +128,7 @@ class LocalTestSetup(CeleryTestSetup):
 
     @classmethod
     def config(cls, celery_worker_cluster_config: dict[str, Any]) -> dict[str, Any]:
+        """pytest-celery's setup configuration, with the local nodes' transport options."""
         config: dict[str, Any] = super().config(celery_worker_cluster_config)
         broker = celery_worker_cluster_config.get("celery_broker_cluster_config") or {}
         backend = celery_worker_cluster_config.get("celery_backend_cluster_config") or {}

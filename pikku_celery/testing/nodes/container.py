@@ -33,6 +33,7 @@ class LocalContainer:
         return "running"
 
     def start(self) -> LocalContainer:
+        """Start what the node runs (nothing for a node on a running server)."""
         return self
 
     def ready(self) -> bool:
@@ -40,15 +41,18 @@ class LocalContainer:
         return True
 
     def logs(self) -> str:
+        """The node's output so far."""
         return ""
 
     def kill(self, signal: Signal = "SIGKILL") -> None:
+        """Send ``signal`` to what the node runs."""
         raise NotImplementedError(f"{self.name} cannot be sent signals")
 
     def reload(self) -> None:
         """Docker's re-read of the container's state: a local component's is always current."""
 
     def restart(self, timeout: float = 60) -> None:
+        """Stop and start again, ready within ``timeout`` seconds."""
         raise NotImplementedError(f"{self.name} cannot be restarted")
 
     def teardown(self) -> None:
@@ -61,6 +65,7 @@ class LocalContainer:
 
     @property
     def client(self) -> Any:
+        """A client of the node's service, as pytest-celery's nodes expect (None here)."""
         raise NotImplementedError(f"{self.name} has no client")
 
     def __repr__(self) -> str:

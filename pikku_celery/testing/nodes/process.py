@@ -57,13 +57,16 @@ class LocalProcess:
 
     @property
     def running(self) -> bool:
+        """Whether the process group's leader is alive."""
         return self.proc is not None and self.proc.poll() is None
 
     @property
     def returncode(self) -> int | None:
+        """The leader's exit code once it ended, else None."""
         return self.proc.poll() if self.proc is not None else None
 
     def start(self) -> LocalProcess:
+        """Start the process in a session of its own, its output appended to the log."""
         if self.running:
             raise RuntimeError(f"{self.argv[0]} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,6 +91,7 @@ class LocalProcess:
             return ""
 
     def output_since_start(self) -> str:
+        """The log from the latest start on (a restart's banner, not the last run's)."""
         try:
             with self.log_path.open("rb") as log:
                 log.seek(self._log_offset)
@@ -118,6 +122,7 @@ class LocalProcess:
             self.kill()
 
     def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the leader to exit; its exit code (None on timeout)."""
         if self.proc is None:
             return None
         return self.proc.wait(timeout)

@@ -121,17 +121,20 @@ class RabbitMQVhost:
 
     @staticmethod
     def available() -> bool:
+        """Whether ``rabbitmqctl`` can be run here (a local server)."""
         return shutil.which("rabbitmqctl") is not None
 
     def _ctl(self, *args: str) -> None:
         subprocess.run(["rabbitmqctl", "-q", *args], check=True, capture_output=True, timeout=60)
 
     def create(self) -> RabbitMQVhost:
+        """Create the virtual host and give the user every permission on it."""
         self._ctl("add_vhost", self.name)
         self._ctl("set_permissions", "-p", self.name, self.user, ".*", ".*", ".*")
         return self
 
     def delete(self) -> None:
+        """Delete the virtual host and everything in it."""
         self._ctl("delete_vhost", self.name)
 
 
@@ -149,6 +152,7 @@ class LocalRabbitMQContainer(LocalContainer):
 
     @property
     def vhost(self) -> str:
+        """The virtual host this node's connections use."""
         return unquote(urlsplit(self.url).path[1:]) or "/"
 
     @property
@@ -178,9 +182,11 @@ class LocalRabbitMQContainer(LocalContainer):
         return True
 
     def forget_at_teardown(self, queues: Iterable[str]) -> None:
+        """Delete ``queues`` when the node is torn down."""
         self._queues.update(queues)
 
     def delete_queues(self, queues: Iterable[str]) -> None:
+        """Delete ``queues`` now (missing ones are skipped)."""
         with self.client as conn:
             channel = conn.channel()
             for queue in queues:

@@ -17,6 +17,8 @@ from .services import DEFAULT_AMQP_URL, DEFAULT_REDIS_URL
 
 @dataclass(frozen=True)
 class Setting:
+    """One plugin setting: its environment variable, its ini option and its default."""
+
     ini: str
     env: str
     default: str
@@ -62,6 +64,8 @@ SETTINGS = (
 
 @dataclass(frozen=True)
 class NodeSettings:
+    """Where the plugin's nodes find their services and what the pikku fixture builds."""
+
     redis_url: str
     amqp_url: str
     rabbitmq_vhost: str
@@ -70,6 +74,7 @@ class NodeSettings:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> NodeSettings:
+        """The settings of this session: environment first, then the ini file, then defaults."""
         values: dict[str, str] = {}
         for s in SETTINGS:
             raw = os.environ.get(s.env) or config.getini(s.ini) or s.default
@@ -94,5 +99,6 @@ class NodeSettings:
 
 
 def add_ini_options(parser: pytest.Parser) -> None:
+    """Declare the plugin's ini options, so a pytest.ini or pyproject section may set them."""
     for s in SETTINGS:
         parser.addini(s.ini, f"{s.help} (env {s.env}; default {s.default or 'none'})", default="")

@@ -68,10 +68,12 @@ class LocalProcessContainer(LocalContainer):
 
     @property
     def log_path(self) -> Path:
+        """The file the process's output goes to."""
         return self.process.log_path
 
     @property
     def pid(self) -> int | None:
+        """The process group's id (its leader's pid), None before a start."""
         return self.process.pid
 
     @property
@@ -81,6 +83,7 @@ class LocalProcessContainer(LocalContainer):
         return "running" if self.process.running else "exited"
 
     def start(self) -> LocalProcessContainer:
+        """Start the celery process."""
         self.process.start()
         return self
 
@@ -93,6 +96,7 @@ class LocalProcessContainer(LocalContainer):
         return True
 
     def logs(self) -> str:
+        """The celery process's output so far."""
         return self.process.logs()
 
     def kill(self, signal: Signal = "SIGKILL") -> None:
@@ -182,6 +186,7 @@ class LocalWorkerContainer(LocalProcessContainer):
 
     @property
     def queues(self) -> list[str]:
+        """The queues the worker consumes."""
         return list(self._queues)
 
     def version(self) -> str:
@@ -189,9 +194,11 @@ class LocalWorkerContainer(LocalProcessContainer):
         return str(celery.__version__)
 
     def log_level(self) -> str:
+        """The worker's log level, as pytest-celery's worker node reports it."""
         return self._log_level
 
     def worker_name(self) -> str:
+        """The node name's part before the ``@``."""
         return self._worker_name
 
     def worker_queue(self) -> str:
