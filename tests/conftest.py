@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 import redis
 import sqlalchemy as sa
 
+from tests.helpers import in_process_worker
 from tests.services import (
     MYSQL_ADMIN_URL,
     PG_ADMIN_URL,
@@ -18,6 +20,20 @@ from tests.services import (
 )
 
 pytest_plugins = ("celery.contrib.pytest",)
+
+
+@pytest.fixture
+def celery_worker(
+    celery_app: Any,
+    celery_includes: Sequence[str],
+    celery_worker_pool: str,
+    celery_worker_parameters: dict[str, Any],
+) -> Iterator[Any]:
+    """celery.contrib.pytest's in-process worker, stopped at once after the test."""
+    for module in celery_includes:
+        celery_app.loader.import_task_module(module)
+    with in_process_worker(celery_app, pool=celery_worker_pool, **celery_worker_parameters) as w:
+        yield w
 
 
 @pytest.fixture(scope="session")

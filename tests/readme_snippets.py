@@ -120,9 +120,9 @@ def tutorial(blocks: dict[str, str], scratch: Path) -> Namespace:
 @contextmanager
 def worker(namespace: Namespace) -> Iterator[None]:
     """Celery's in-process test worker on the tutorial's app, both of its queues."""
-    from celery.contrib.testing.worker import start_worker
+    from tests.helpers import in_process_worker
 
-    with start_worker(
+    with in_process_worker(
         namespace["app"],
         pool="solo",
         perform_ping_check=False,
@@ -435,9 +435,9 @@ def scenario_tracing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     def traced(ctx: Any) -> list[Any]:
         return [ctx.step("one", echo, 1), ctx.step("two", echo, 2)]
 
-    from celery.contrib.testing.worker import start_worker
+    from tests.helpers import in_process_worker
 
-    with start_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
+    with in_process_worker(app, pool="solo", perform_ping_check=False, loglevel="WARNING"):
         run = traced.start()
         output = run.wait(timeout=30)
         deadline = time.monotonic() + 10

@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 import pytest
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 
 from pikku_celery import Pikku
 from pikku_celery.engine.core import WorkflowEngine
@@ -36,7 +35,7 @@ from pikku_celery.lease import InMemoryLeaseService
 from pikku_celery.store import InMemoryWorkflowStore
 from pikku_celery.store.model import StepKind, StepState, StepStatus
 from pikku_celery.testing.inline import InlineDispatcher
-from tests.helpers import memory_broker_config, wait_until
+from tests.helpers import in_process_worker, memory_broker_config, wait_until
 
 T = TypeVar("T")
 
@@ -310,7 +309,7 @@ def celery_harness() -> Iterator[CeleryHarness]:
     pikku.recorder = recorder
     assert adapter.default_queue is not None
     # Queue names are unique: the memory transport's queues are process-wide.
-    with start_worker(
+    with in_process_worker(
         pikku.app,
         pool="solo",
         concurrency=1,
