@@ -250,6 +250,7 @@ def test_a_warm_shutdown_publishes_the_next_step_instead(cluster: Cluster) -> No
     assert all(d == EAGER for i, d in enumerate(order) if i not in published), order
 
 
+@pytest.mark.parametrize("cluster", ["redis"], indirect=True)  # crashes: one broker
 def test_a_worker_sigkilled_mid_eager_step_is_taken_over(cluster: Cluster) -> None:
     cluster.start_beat()
     cluster.add_worker()
@@ -277,6 +278,7 @@ def test_a_worker_sigkilled_mid_eager_step_is_taken_over(cluster: Cluster) -> No
         assert sorted(keys) == [f"{key}:a", f"{key}:c"]
 
 
+@pytest.mark.parametrize("cluster", ["redis"], indirect=True)  # crashes: one broker
 def test_a_stopped_eager_attempt_lands_nothing_once_superseded(cluster: Cluster) -> None:
     cluster.start_beat()
     stopped = cluster.add_worker()
@@ -306,6 +308,7 @@ def test_a_stopped_eager_attempt_lands_nothing_once_superseded(cluster: Cluster)
         assert len(list(pids)) == 1  # the stopped attempt's row rolled back
 
 
+@pytest.mark.parametrize("cluster", ["redis"], indirect=True)  # crashes: one broker
 def test_every_ledger_row_once_across_an_immediate_postgresql_restart(cluster: Cluster) -> None:
     """Claims commit asynchronously: a crash (``-m immediate``, no checkpoint)
     may lose some, and their steps then run again under a new claim id. Every
