@@ -206,34 +206,14 @@ def latency_probes(benchapp: Any, n: int) -> dict[str, Callable[[], None]]:
 def wal_cost(admin: sa.Engine, database: str, run: Callable[[], None], n: int) -> str:
     """The write transactions one eager run of ``n`` steps makes on the
     database, counted in the write-ahead log."""
+    from benchmarks.wal import database_oid, wal_position, write_transactions
+
     with admin.connect() as conn:
         conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-        oid = conn.execute(
-            sa.text("SELECT oid FROM pg_database WHERE datname = :n"), {"n": database}
-        ).scalar_one()
-        since = conn.execute(sa.text("SELECT pg_current_wal_insert_lsn()")).scalar_one()
+        oid = database_oid(conn, database)
+        since = wal_position(conn)
         run()
-        until = conn.execute(sa.text("SELECT pg_current_wal_insert_lsn()")).scalar_one()
-        flushed = sa.text("SELECT pg_current_wal_flush_lsn() >= CAST(:lsn AS pg_lsn)")
-        deadline = time.monotonic() + 30
-        while not conn.execute(flushed, {"lsn": str(until)}).scalar_one():  # async commits
-            if time.monotonic() > deadline:
-                raise TimeoutError("the WAL was not flushed within 30 s")
-            time.sleep(0.05)
-        written = conn.execute(
-            sa.text(
-                """
-                WITH records AS (
-                    SELECT xid, resource_manager, record_type, block_ref
-                    FROM pg_get_wal_records_info(CAST(:since AS pg_lsn), CAST(:until AS pg_lsn))
-                )
-                SELECT count(DISTINCT CAST(CAST(xid AS text) AS bigint)) FROM records
-                WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'
-                  AND xid IN (SELECT xid FROM records WHERE block_ref LIKE :rel)
-                """
-            ),
-            {"since": str(since), "until": str(until), "rel": f"%rel %/{oid}/%"},
-        ).scalar_one()
+        written = write_transactions(conn, oid, since, wal_position(conn))
     return (
         f"PostgreSQL: one {n}-step eager run wrote {written} transactions "
         f"(start: the run with its first pass; the worker: 1 asynchronous claim, then "

@@ -8,6 +8,7 @@ that cannot be reached fails the test; elsewhere it skips it.
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,3 +79,15 @@ def terminate_backend(engine: sa.Engine, pid: int) -> None:
         return row is None
 
     wait_until(gone, timeout=10)
+
+
+def restart_postgres(mode: str = "fast") -> None:
+    """Restart the local PostgreSQL cluster (``-m fast``: a clean stop;
+    ``-m immediate``: a crash, recovered from the WAL at start-up)."""
+    version = sorted(os.listdir("/etc/postgresql"))[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", mode],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )

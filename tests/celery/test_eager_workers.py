@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,14 +18,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from benchmarks.wal import database_oid, wal_position, write_transactions
 from pikku_celery.store import AttemptStatus
 from pikku_celery.store.model import BROKER, EAGER
-from pikku_celery.testing.nodes import LocalRabbitMQContainer, LocalRedisContainer
+from pikku_celery.testing.nodes import LocalRedisContainer
 from tests.helpers import wait_until
-from tests.services import PG_ADMIN_URL, SESSION_TAG
+from tests.services import PG_ADMIN_URL, SESSION_TAG, restart_postgres
 
 from . import eagerapp, realapp
-from .test_real_workers import _broker, pg_tables  # noqa: F401 - a fixture
+from .test_real_workers import _broker, pg_tables, tear_down  # noqa: F401 - a fixture
 from .workers import CeleryProcess, beat_argv, worker_argv
 
 VISIBILITY = 3.0
@@ -89,15 +89,7 @@ def make_cluster(
     try:
         yield c
     finally:
-        for w in c.workers:
-            w.kill()  # SIGKILL: nothing is checked after the test
-        if c.beat is not None:
-            c.beat.kill()
-        if isinstance(broker, LocalRabbitMQContainer):
-            broker.delete_queues(app.queues)
-        broker.teardown()
-        assert app.pikku.sql_engine is not None
-        app.pikku.sql_engine.dispose()
+        tear_down([*c.workers, c.beat], broker, app)
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])
@@ -127,46 +119,6 @@ def waited(cluster: Cluster, run: Any, timeout: float = 60) -> Any:
         raise
 
 
-# --- what the log says was written ------------------------------------------------
-def database_oid(conn: sa.Connection, url: str) -> int:
-    name = sa.make_url(url).database
-    return int(
-        conn.execute(
-            sa.text("SELECT oid FROM pg_database WHERE datname = :n"), {"n": name}
-        ).scalar_one()
-    )
-
-
-def write_transactions(conn: sa.Connection, db_oid: int, since: str, until: str) -> int:
-    """Committed transactions between two WAL positions that wrote to the
-    database ``db_oid``: counted by the server, whatever else it ran."""
-    return int(
-        conn.execute(
-            sa.text(
-                """
-                WITH records AS (
-                    SELECT xid, resource_manager, record_type, block_ref
-                    FROM pg_get_wal_records_info(CAST(:since AS pg_lsn), CAST(:until AS pg_lsn))
-                )
-                SELECT count(DISTINCT CAST(CAST(xid AS text) AS bigint)) FROM records
-                WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'
-                  AND xid IN (SELECT xid FROM records WHERE block_ref LIKE :rel)
-                """
-            ),
-            {"since": since, "until": until, "rel": f"%rel %/{db_oid}/%"},
-        ).scalar_one()
-    )
-
-
-def wal_position(conn: sa.Connection) -> str:
-    """Where the log ends now, once flushed that far (asynchronous commits are
-    flushed by the WAL writer within moments; only flushed records are read)."""
-    lsn = str(conn.execute(sa.text("SELECT pg_current_wal_insert_lsn()")).scalar_one())
-    flushed = sa.text("SELECT pg_current_wal_flush_lsn() >= CAST(:lsn AS pg_lsn)")
-    wait_until(lambda: bool(conn.execute(flushed, {"lsn": lsn}).scalar_one()), timeout=30)
-    return lsn
-
-
 @pytest.fixture(scope="module")
 def wal() -> Iterator[sa.Engine]:
     engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
@@ -185,7 +137,7 @@ def test_a_ten_step_run_runs_eagerly_at_one_durable_commit_per_step(
     ten = cluster.app.workflows["ten"]
     waited(cluster, ten.start("warm-up"))  # connections made, statements prepared
     with wal.connect() as conn:
-        oid = database_oid(conn, pg_tables)
+        oid = database_oid(conn, sa.make_url(pg_tables).database or "")
         since = wal_position(conn)
     run = ten.start("measured")
     wait_until((cluster.workdir / "measured.done").exists, timeout=60)
@@ -321,20 +273,7 @@ def test_every_ledger_row_once_across_an_immediate_postgresql_restart(cluster: C
     keys = [f"crash-{cluster.kind}-{i}" for i in range(20)]
     runs = [ledger_five.start(key) for key in keys]
     wait_until(lambda: sum(len(r.steps()) for r in runs) > 20, timeout=30)
-    version = os.listdir("/etc/postgresql")[0]
-    subprocess.run(
-        [
-            "pg_ctlcluster",
-            "--skip-systemctl-redirect",
-            version,
-            "main",
-            "restart",
-            "-m",
-            "immediate",
-        ],
-        check=True,
-        timeout=120,
-    )
+    restart_postgres("immediate")  # a crash: asynchronous claims may be lost
     for r in runs:
         try:
             wait_until(lambda r=r: _settled(r), timeout=120)

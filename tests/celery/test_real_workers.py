@@ -10,9 +10,7 @@ the server's default virtual host with this test's queues.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ from pikku_celery.store import AttemptStatus, RunStatus, StepKind
 from pikku_celery.store.schema import metadata
 from pikku_celery.testing.nodes import LocalRabbitMQContainer, LocalRedisContainer
 from tests.helpers import wait_until
-from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, unavailable
+from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, restart_postgres, unavailable
 
 from . import realapp
 from .workers import CeleryProcess, beat, worker
@@ -113,15 +111,24 @@ def cluster(request: pytest.FixtureRequest, pg_tables: str, tmp_path: Path) -> I
         c.add_worker()
         yield c
     finally:
-        for w in c.workers:
-            w.kill()  # SIGKILL: nothing is checked after the test
-        if c.beat is not None:
-            c.beat.kill()
-        if isinstance(broker, LocalRabbitMQContainer):
-            broker.delete_queues(app.queues)
-        broker.teardown()
-        assert app.pikku.sql_engine is not None
-        app.pikku.sql_engine.dispose()
+        tear_down([*c.workers, c.beat], broker, app)
+
+
+def tear_down(
+    processes: list[CeleryProcess | None],
+    broker: LocalRedisContainer | LocalRabbitMQContainer,
+    app: realapp.TestApp,
+) -> None:
+    """After a test: its workers and beat killed (nothing is checked after
+    it), its broker's messages and queues gone, its store's pool closed."""
+    for process in processes:
+        if process is not None:
+            process.kill()
+    if isinstance(broker, LocalRabbitMQContainer):
+        broker.delete_queues(app.queues)
+    broker.teardown()
+    assert app.pikku.sql_engine is not None
+    app.pikku.sql_engine.dispose()
 
 
 def test_a_five_step_order_completes_on_real_workers(cluster: Cluster) -> None:
@@ -238,12 +245,7 @@ def test_all_runs_complete_across_a_postgresql_restart(cluster: Cluster) -> None
     five = cluster.app.workflows["five"]
     runs = [five.start(100 + i) for i in range(20)]
     wait_until(lambda: any(len(r.steps()) > 2 for r in runs), timeout=30)
-    version = os.listdir("/etc/postgresql")[0]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
-        check=True,
-        timeout=120,
-    )
+    restart_postgres("fast")
     for i, r in enumerate(runs):
         try:
             assert wait_until(lambda r=r: _settled(r), timeout=120)

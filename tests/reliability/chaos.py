@@ -40,7 +40,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,7 +59,7 @@ from pikku_celery.store.schema import attempt_table, metadata, run_table, step_t
 from pikku_celery.testing.nodes import LocalRedisContainer, LocalWorkerContainer
 from tests.celery.workers import BeatProcess, WorkerProcess, beat, worker
 from tests.helpers import wait_until
-from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database
+from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, restart_postgres, scratch_database
 
 from . import chaosapp
 
@@ -447,22 +446,8 @@ class _Chaos:
 
     def restart_postgres(self) -> None:
         self.summary.steps_running_at_restart = self.when_busy()
-        version = sorted(os.listdir("/etc/postgresql"))[0]
         began = time.monotonic()
-        subprocess.run(
-            [
-                "pg_ctlcluster",
-                "--skip-systemctl-redirect",
-                version,
-                "main",
-                "restart",
-                "-m",
-                "immediate",  # a crash: asynchronous claims may be lost
-            ],
-            check=True,
-            timeout=120,
-            capture_output=True,
-        )
+        restart_postgres("immediate")  # a crash: asynchronous claims may be lost
         self.summary.postgres_restart_seconds = time.monotonic() - began
         self.summary.restarted_postgres = True
         self.log(

@@ -12,8 +12,11 @@ import pytest
 
 from pikku_celery.errors import WorkflowStepSupersededError
 from pikku_celery.store import (
+    AdvanceResult,
     AttemptStatus,
     Decision,
+    NewStep,
+    RunState,
     RunStatus,
     RunView,
     StepOutcome,
@@ -29,6 +32,22 @@ def eager(
     name: str, worker: str = "w-eager", lease: int = LONG, claim_id: str = "c" * 32
 ) -> EagerClaim:
     return EagerClaim(name, worker, lease, claim_id)
+
+
+def pass_claiming(
+    store: WorkflowStore, eager_name: str, *new: NewStep, lease: int = LONG
+) -> tuple[RunState, AdvanceResult]:
+    """A run whose first step's outcome is recorded by a pass that records
+    ``new`` (one task step "next" by default) and claims ``eager_name``."""
+    run, [first] = make_tasks(store, 1)
+    running = claim(store, first, "w-broker")
+    steps = list(new) or [task("next", 1)]
+    result = store.advance(
+        run.id,
+        StepOutcome(first.id, running.attempt, ok=True),
+        lambda view: Decision(new_steps=steps, eager=eager(eager_name, lease=lease)),
+    )
+    return run, result
 
 
 def test_the_pass_writes_the_named_step_claimed_and_publishes_the_rest(
@@ -63,13 +82,7 @@ def test_the_pass_writes_the_named_step_claimed_and_publishes_the_rest(
 
 
 def test_a_message_for_the_eager_step_finds_it_taken(store: WorkflowStore) -> None:
-    run, [first] = make_tasks(store, 1)
-    running = claim(store, first, "w-broker")
-    result = store.advance(
-        run.id,
-        StepOutcome(first.id, running.attempt, ok=True),
-        lambda view: Decision(new_steps=[task("next", 1)], eager=eager("next")),
-    )
+    run, result = pass_claiming(store, "next")
     assert result.eager is not None
     step_id = step_id_for(run.id, "next")
     assert store.claim_step(step_id, TASK, "w-other", LONG, run_id=run.id) is None
@@ -77,13 +90,7 @@ def test_a_message_for_the_eager_step_finds_it_taken(store: WorkflowStore) -> No
 
 
 def test_the_eager_attempts_outcome_is_fenced_on_its_claim_id(store: WorkflowStore) -> None:
-    run, [first] = make_tasks(store, 1)
-    running = claim(store, first, "w-broker")
-    result = store.advance(
-        run.id,
-        StepOutcome(first.id, running.attempt, ok=True),
-        lambda view: Decision(new_steps=[task("next", 1)], eager=eager("next")),
-    )
+    run, result = pass_claiming(store, "next")
     claimed = result.eager
     assert claimed is not None
     forged = StepOutcome(claimed.id, claimed.attempt, ok=True, result="x", claim_id="d" * 32)
@@ -104,15 +111,7 @@ def test_the_eager_attempts_outcome_is_fenced_on_its_claim_id(store: WorkflowSto
 def test_a_lapsed_eager_claim_is_taken_over_by_attempt_two(store: WorkflowStore) -> None:
     """A worker that dies after the pass and before the step's end: the same
     as one that dies mid-step (the sweep finds the lapsed lease)."""
-    run, [first] = make_tasks(store, 1)
-    running = claim(store, first, "w-broker")
-    result = store.advance(
-        run.id,
-        StepOutcome(first.id, running.attempt, ok=True),
-        lambda view: Decision(
-            new_steps=[task("next", 1, max_attempts=2)], eager=eager("next", lease=300)
-        ),
-    )
+    run, result = pass_claiming(store, "next", task("next", 1, max_attempts=2), lease=300)
     claimed = result.eager
     assert claimed is not None
     lapse(store, claimed)
@@ -128,13 +127,7 @@ def test_a_lapsed_eager_claim_is_taken_over_by_attempt_two(store: WorkflowStore)
 
 
 def test_a_claim_naming_no_new_task_step_claims_nothing(store: WorkflowStore) -> None:
-    run, [first] = make_tasks(store, 1)
-    running = claim(store, first, "w-broker")
-    result = store.advance(
-        run.id,
-        StepOutcome(first.id, running.attempt, ok=True),
-        lambda view: Decision(new_steps=[task("next", 1)], eager=eager("elsewhere")),
-    )
+    run, result = pass_claiming(store, "elsewhere")
     assert result.eager is None
     assert [s.name for s in result.steps] == ["next"]
     assert store.get_step(step_id_for(run.id, "next")).status == StepStatus.SCHEDULED  # type: ignore[union-attr]
