@@ -205,8 +205,10 @@ def _run_in_transaction(
             ),
             engine.is_transient,
             lambda exc: log.warning(
-                "store unavailable while running transactional step %r; taking it again: %s",
+                "store unavailable while running transactional step %s:%s:%d; taking it again: %s",
+                step.run_id,
                 step.name,
+                step.attempt,
                 exc,
             ),
         )

@@ -167,7 +167,7 @@ def test_step_connection_outside_a_transactional_step_is_a_clear_error() -> None
 
 @pytest.mark.parametrize("sql_store", ["postgres"], indirect=True)
 def test_a_transaction_the_database_lost_is_taken_again_not_failed(
-    sql_store: SQLWorkflowStore,
+    sql_store: SQLWorkflowStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The step's connection dies mid-transaction (as in a database restart):
     nothing of it committed, so the attempt takes it again, body and all,
@@ -194,3 +194,5 @@ def test_a_transaction_the_database_lost_is_taken_again_not_failed(
     assert _rows(sql_store, run.run_id) == [2]  # the lost transaction's row never committed
     (hist,) = run.steps()
     assert [a.status for a in hist.attempts] == [AttemptStatus.SUCCEEDED]
+    # The log names the attempt that ran its body again (the chaos suite counts these).
+    assert f"transactional step {run.run_id}:book:1; taking it again" in caplog.text

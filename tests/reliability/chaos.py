@@ -18,9 +18,10 @@ workers' logs:
 - every step has exactly one ledger row, written by its final attempt;
 - every recorded step result was written by its step's final attempt;
 - no attempt's body ran twice (but an attempt whose asynchronous claim the
-  PostgreSQL crash lost, at most one per step running then), and no step's
-  body ran more often than it
-  was claimed;
+  PostgreSQL crash lost, at most one per step running then, and a
+  transactional step whose transaction the crash lost, which its worker took
+  again as its log says), and no step's body ran more often than it was
+  claimed;
 - how many superseded writes were refused, and how many times the
   at-least-once bodies ran again (the non-transactional counter).
 
@@ -70,6 +71,8 @@ SKEW = "+1h"
 SKEW_SECONDS = 3600.0
 CLOCK_TOLERANCE = 120.0  # seconds: what "an hour fast" and "on time" allow
 REFUSED = re.compile(r"refused a superseded")
+# A transactional step whose transaction the store lost runs again in its attempt.
+TAKEN_AGAIN = re.compile(r"running transactional step (\S+:\S+:\d+); taking it again")
 DISCARDED = re.compile(r"Discarding revoked task")
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -209,6 +212,7 @@ class ChaosSummary:
     restarted_postgres: bool = False
     steps_running_at_restart: int = 0
     lost_claims: int = 0  # attempts run twice: their first claim lost in the PostgreSQL crash
+    taken_again: int = 0  # transactions the store lost, taken again in their attempt
     postgres_restart_seconds: float = 0.0
     skewed_worker: bool = False
     skewed_processes: int = 0
@@ -238,7 +242,8 @@ class ChaosSummary:
             f"  superseded refused       {self.refused_logged} logged refusals,"
             f" {self.superseded_attempts} superseded attempt rows",
             f"  at-least-once re-runs    {self.reexecutions}"
-            f" ({self.lost_claims} claims lost in the PostgreSQL crash)"
+            f" ({self.lost_claims} claims lost in the PostgreSQL crash,"
+            f" {self.taken_again} lost transactions taken again)"
             f" (counter sum {self.executions} - {self.steps} steps)",
             f"  faults                   {self.kills} SIGKILLs, {self.pauses} pauses"
             f" ({self.worker_starts} worker starts, {self.failed_worker_starts} failed to start);"
@@ -650,6 +655,18 @@ class _Chaos:
             for k, n in self.counter.hgetall(chaosapp.attempt_runs_key(ns)).items()
             if int(n) > 1
         }
+        # ... or when the store lost the step's transaction (the restart)
+        # and its worker took it again, as its log says.
+        taken = self._taken_again()
+        s.taken_again = sum(taken.values())
+        for again_key, times in taken.items():
+            if again_key in twice:
+                twice[again_key] -= times
+        twice = {k: n for k, n in twice.items() if n > 1}
+        taken_per_step: dict[tuple[str, ...], int] = {}
+        for again_key, times in taken.items():
+            step_key = tuple(again_key.rsplit(":", 2)[:2])
+            taken_per_step[step_key] = taken_per_step.get(step_key, 0) + times
         surplus = sum(n - 1 for n in twice.values())
         lost_allowed = s.steps_running_at_restart if s.restarted_postgres else 0
         if surplus <= lost_allowed:
@@ -661,10 +678,20 @@ class _Chaos:
         for (run_id, name), count in zip(by_step, counts, strict=True):
             st = by_step[(run_id, name)]
             allowed = st.attempt + (again.get((run_id, name), 0) if surplus <= lost_allowed else 0)
+            allowed += taken_per_step.get((run_id, name), 0)
             if st.status == "succeeded" and not 1 <= count <= allowed:
                 v.append(
                     f"run {run_id} step {name}: body ran {count} times in {st.attempt} attempts"
                 )
+
+    def _taken_again(self) -> dict[str, int]:
+        """How often each attempt (``run:step:attempt``) took its lost
+        transaction again, from the workers' logs."""
+        counts: dict[str, int] = {}
+        for path in sorted(self.workdir.glob("w*.log")):
+            for found in TAKEN_AGAIN.findall(path.read_text(errors="replace")):
+                counts[found] = counts.get(found, 0) + 1
+        return counts
 
     def _check_logs(self) -> None:
         s = self.summary
