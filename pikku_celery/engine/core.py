@@ -22,9 +22,8 @@ from ..lease.base import LeaseService
 from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
 from ..store.base import StoreCapabilities, WorkflowStore
-from ..store.changes import run_created
 from ..store.model import JSON, NewRun, RunState
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, EagerDispatch
 from .eager import EAGER_MAX_SECONDS, EAGER_MAX_STEPS, EagerBudget
 from .execute import StepBody, execute_step
 from .handle import RunHandle
@@ -99,6 +98,7 @@ class WorkflowEngine:
         """Who is told what happens (metrics, traces): ``observers.add(observer)``."""
         self.leases = leases
         self.dispatcher = dispatcher
+        self._eager_dispatch: tuple[object, EagerDispatch | None] = (None, None)
         self.registry = WorkflowRegistry()
         self.keeper = StepLeaseKeeper(store)
         self._worker_id = worker_id
@@ -136,6 +136,19 @@ class WorkflowEngine:
             return None
         seconds = min(self.eager_max_seconds, lease_ms / 2000)
         return EagerBudget.for_message(self.eager_max_steps, seconds)
+
+    @property
+    def eager_dispatch(self) -> EagerDispatch | None:
+        """The dispatcher if it can run steps here (eager steps), found once
+        per dispatcher (the testing kit swaps its own in)."""
+        found = self._eager_dispatch
+        if found[0] is not self.dispatcher:
+            dispatch = self.dispatcher
+            found = self._eager_dispatch = (
+                dispatch,
+                dispatch if isinstance(dispatch, EagerDispatch) else None,
+            )
+        return found[1]
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -273,8 +286,9 @@ class WorkflowEngine:
             if idempotency_key is None:
                 # Created by its first pass: in one write where the store can.
                 began = time.monotonic()
-                starting.created(run_created(new, input, 0), True)
-                advance(self, new.id, None, reason="start", start=new)
+                passed = advance(self, new.id, None, reason="start", start=new)
+                if passed is not None:
+                    starting.created(passed.run, True)
                 return RunHandle(self, new.id, started_at=began)
             run, created = self.store.create_run(new)
             starting.created(run, created)

@@ -81,7 +81,6 @@ class EagerOffer:
         self._worker = worker
         self._carrier = carrier
         self._lease_ms = lease_ms
-        self.claim_id = new_claim_id()
         self.body: StepBody | None = None  # the chosen step's body
 
     def choose(self, decision: Decision) -> None:
@@ -96,7 +95,7 @@ class EagerOffer:
             if body is None:
                 continue
             decision.eager = EagerClaim(
-                new.name, self._worker, self._lease_ms(new.queue), self.claim_id
+                new.name, self._worker, self._lease_ms(new.queue), new_claim_id()
             )
             self.body = body
             return
@@ -107,7 +106,7 @@ def eager_offer(
 ) -> EagerOffer | None:
     """An offer for the next pass, if the engine's dispatcher can run steps
     here and the message's budget is not spent."""
-    dispatch = engine.dispatcher
-    if budget is None or budget.spent() or not isinstance(dispatch, EagerDispatch):
+    dispatch = engine.eager_dispatch
+    if budget is None or dispatch is None or budget.spent():
         return None
     return EagerOffer(dispatch, engine.worker_id, carrier, engine.dispatcher.lease_ms)
