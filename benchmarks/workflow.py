@@ -8,9 +8,14 @@ database): in each round, a chain of N `inc` links (its result read from the
 Redis backend), an N-step workflow of the same task with eager steps (the
 default), the same workflow with ``eager_steps=False`` (every step a broker
 message), one plain task's ``apply_async().get()`` and a 1-step workflow's
-``start().wait()``. Then what a step costs the database: on PostgreSQL the
-write transactions of one eager run, counted in the write-ahead log
-(pg_walinspect); on MariaDB the statements the worker sent per step.
+``start().wait()``. Beside them, the store's own share, timed from this
+process on the same database: the claim and the pass a broker step makes,
+and the start, claim and ending pass of a 1-step run, with no broker and no
+worker; a row's paired ratio is what those statements alone cost against
+the Celery baseline, the floor under the workflow row above it. Then what a
+step costs the database: on PostgreSQL the write transactions of one eager
+run, counted in the write-ahead log (pg_walinspect); on MariaDB the
+statements the worker sent per step.
 Throughput, on a ``--pool prefork -c 2`` worker: C concurrent M-step
 workflows (steps/s) against C plain tasks (tasks/s), in alternating rounds.
 
@@ -98,9 +103,12 @@ def main() -> int:
     times: dict[str, list[float]] = {k: [] for k in LATENCY}
     through: dict[str, list[float]] = {"plain tasks": [], "workflows": []}
     cost = ""
+    store_engine: sa.Engine | None = None
     worker = start_worker("--pool", "solo")
     try:
         probes = latency_probes(benchapp, n)
+        floor, store_engine = store_probes(db_url, n)
+        probes.update(floor)
         print(f"warming up ({n} steps, {args.runs} rounds) ...", file=sys.stderr)
         for probe in probes.values():
             probe()
@@ -154,6 +162,8 @@ def main() -> int:
             stop_worker(worker)
         log.close()
         benchapp.pikku.sql_engine.dispose()  # type: ignore[union-attr]
+        if store_engine is not None:
+            store_engine.dispose()
         count_file.unlink(missing_ok=True)
         with admin.connect() as conn:
             if args.database == "postgres":
@@ -167,14 +177,23 @@ def main() -> int:
 
 COUNTED_RUNS = 5
 SHORT_REPEATS = 10
-LONG_PROBES = {"Celery chain", "workflow, eager steps", "workflow, eager_steps=False"}
+CLAIM_AND_PASS = "store: claim + pass"
+START_CLAIM_END = "store: start, claim, end"
+LONG_PROBES = {
+    "Celery chain",
+    "workflow, eager steps",
+    "workflow, eager_steps=False",
+    CLAIM_AND_PASS,
+}
 
 LATENCY = [
     "Celery chain",
     "workflow, eager steps",
     "workflow, eager_steps=False",
+    CLAIM_AND_PASS,
     "plain task",
     "1-step workflow",
+    START_CLAIM_END,
 ]
 
 
@@ -200,7 +219,51 @@ def latency_probes(benchapp: Any, n: int) -> dict[str, Callable[[], None]]:
     def one_step() -> None:
         assert benchapp.linear.start(1).wait(timeout=60) == 1
 
-    return dict(zip(LATENCY, [celery_chain, eager, broker, plain, one_step], strict=True))
+    return {
+        "Celery chain": celery_chain,
+        "workflow, eager steps": eager,
+        "workflow, eager_steps=False": broker,
+        "plain task": plain,
+        "1-step workflow": one_step,
+    }
+
+
+def store_probes(db_url: str, n: int) -> tuple[dict[str, Callable[[], None]], sa.Engine]:
+    """The statements a workflow cannot do without, on the store alone: per
+    broker step a claim and a pass (``n`` of them, as the chain has ``n``
+    links), and for a 1-step run its start, its claim and the pass that ends
+    it. Timed beside the Celery rows, they are the floor under the workflow
+    rows: no broker, no worker, no Celery."""
+    from benchmarks.store import TASK, claim_advance_op
+    from pikku_celery.sql.engines import make_engine
+    from pikku_celery.store import Decision, NewRun, NewStep, RunStatus, StepKind, StepOutcome
+    from pikku_celery.store.base import RunStarts
+    from pikku_celery.store.sql import SQLWorkflowStore
+
+    engine = make_engine(db_url)
+    store = SQLWorkflowStore(engine)
+    prepare, cycle = claim_advance_op(store)
+
+    def claim_and_pass() -> None:
+        for _ in range(n):
+            prepare()
+            cycle()
+
+    one = Decision(new_steps=[NewStep(name="s0", seq=0, kind=StepKind.TASK, task_name=TASK)])
+    end = Decision(run_status=RunStatus.COMPLETED, output=1)
+
+    def start_claim_end() -> None:
+        new = NewRun("bench", 0)
+        started = store.start_run(new, lambda _: one) if isinstance(store, RunStarts) else None
+        if started is None:
+            store.create_run(new)
+            started = store.advance(new.id, None, lambda _: one)
+        claimed = store.claim_step(started.steps[0].id, TASK, "bench-worker", 60_000)
+        assert claimed is not None
+        outcome = StepOutcome(claimed.id, claimed.attempt, ok=True, result=1)
+        store.advance(new.id, outcome, lambda _: end)
+
+    return {CLAIM_AND_PASS: claim_and_pass, START_CLAIM_END: start_claim_end}, engine
 
 
 def wal_cost(admin: sa.Engine, database: str, run: Callable[[], None], n: int) -> str:
@@ -241,8 +304,10 @@ def report(
         ("Celery chain", n, None, ""),
         ("workflow, eager steps", n, "Celery chain", "<= 0.6x"),
         ("workflow, eager_steps=False", n, "Celery chain", "<= 1.4x"),
+        (CLAIM_AND_PASS, n, "Celery chain", "<= 0.4x"),
         ("plain task", 1, None, ""),
         ("1-step workflow", 1, "plain task", "<= 1.5x"),
+        (START_CLAIM_END, 1, "plain task", "<= 0.5x"),
     ]
     for name, steps, against, target in rows:
         ratio = ""
@@ -253,6 +318,11 @@ def report(
         total = med[name] * 1000
         per = total / steps
         print(f"| {name:<28} | {total:>9.2f} | {per:>11.2f} | {ratio:>28} | {target:>7} |")
+    print(
+        "\nstore rows: the claim and the pass of a broker step, and the start, claim and "
+        "ending pass of a 1-step run, on the store alone (no broker, no worker); their "
+        "target is what the workflow row's target leaves for everything a workflow adds"
+    )
     if cost:
         print(f"\n{cost}")
     if not through["workflows"]:
