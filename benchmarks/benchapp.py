@@ -1,17 +1,19 @@
 """The Celery app the workflow benchmark's worker runs (settings from env).
 
-``PIKKU_BENCH_COUNT`` names a file: the worker then counts the SQL
-statements its store sends through SQLAlchemy (a batch counts once) and
-writes the count there when it shuts down.
+``PIKKU_BENCH_COUNT`` names a file: the worker then counts its round trips
+to a MySQL/MariaDB store (each PyMySQL ``execute``, ``commit`` and
+``rollback``: a batch of statements is one) and writes the count there when
+it shuts down.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
 from celery import Celery, signals
 
 from pikku_celery import Context, Pikku
@@ -53,18 +55,28 @@ def linear_broker(ctx: Context, n: int) -> Any:
     return x
 
 
-if COUNT_FILE and pikku.sql_engine is not None:
-    statements = [0]
+if COUNT_FILE:
+    import pymysql
 
-    @sa.event.listens_for(pikku.sql_engine, "before_cursor_execute")
-    def _count(*_: Any) -> None:
-        statements[0] += 1
+    round_trips = [0]
+
+    def _counted(call: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(call)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            round_trips[0] += 1
+            return call(*args, **kwargs)
+
+        return counted
+
+    pymysql.cursors.Cursor.execute = _counted(pymysql.cursors.Cursor.execute)  # type: ignore[method-assign]
+    pymysql.connections.Connection.commit = _counted(pymysql.connections.Connection.commit)  # type: ignore[method-assign]
+    pymysql.connections.Connection.rollback = _counted(pymysql.connections.Connection.rollback)  # type: ignore[method-assign]
 
     def _write_count(**_: Any) -> None:
         with open(COUNT_FILE, "w") as out:
-            out.write(str(statements[0]))
+            out.write(str(round_trips[0]))
 
     # Reset once the worker is up: what it ran at start-up is not a step's.
-    signals.worker_ready.connect(lambda **_: statements.__setitem__(0, 0), weak=False)
+    signals.worker_ready.connect(lambda **_: round_trips.__setitem__(0, 0), weak=False)
     signals.worker_shutdown.connect(_write_count, weak=False)
     atexit.register(_write_count)

@@ -14,8 +14,8 @@ and the start, claim and ending pass of a 1-step run, with no broker and no
 worker; a row's paired ratio is what those statements alone cost against
 the Celery baseline, the floor under the workflow row above it. Then what a
 step costs the database: on PostgreSQL the write transactions of one eager
-run, counted in the write-ahead log (pg_walinspect); on MariaDB the
-statements the worker sent per step.
+run, counted in the write-ahead log (pg_walinspect); on MariaDB the round
+trips the worker made per step.
 Throughput, on a ``--pool prefork -c 2`` worker: C concurrent M-step
 workflows (steps/s) against C plain tasks (tasks/s), in alternating rounds.
 
@@ -69,7 +69,7 @@ def main() -> int:
     with admin.connect() as conn:
         conn.exec_driver_sql(f"CREATE DATABASE {tag}")
     db_url = sa.engine.make_url(admin_url).set(database=tag).render_as_string(hide_password=False)
-    count_file = Path(tempfile.gettempdir()) / f"{tag}.statements"
+    count_file = Path(tempfile.gettempdir()) / f"{tag}.round_trips"
     env = {
         **os.environ,
         "PIKKU_BENCH_BROKER": REDIS,
@@ -139,7 +139,7 @@ def main() -> int:
                 stop_worker(worker)
                 counted[name] = (int(count_file.read_text()) - first) / (COUNTED_RUNS * n)
             per_step = ", ".join(f"{k}: {v:.1f}" for k, v in counted.items())
-            cost = f"MariaDB, statements the worker sent per step (claims, run ends in): {per_step}"
+            cost = f"MariaDB, the worker's round trips per step (claims, run ends in): {per_step}"
         if not args.skip_throughput:
             worker = start_worker("--pool", "prefork", "-c", "2")
             m, c = args.concurrent_steps, args.concurrent

@@ -89,6 +89,22 @@ class Batch:
 _NAMED = re.compile(r"(?<!%)%\(([^)]+)\)s")
 
 
+class NamedRow:
+    """A row a batch read, by column name as attribute and in ``_mapping``
+    (as SQLAlchemy's rows are read); values as the driver returned them."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, names: Sequence[str], values: Sequence[Any]) -> None:
+        self._mapping = dict(zip(names, values, strict=True))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._mapping[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 def takes_batches(conn: sa.Connection) -> bool:
     """Whether this connection's driver runs several statements per call."""
     driver: Any = conn.connection.driver_connection

@@ -1,4 +1,4 @@
-"""What this process last saw of a run, kept so PostgreSQL's next pass skips its read.
+"""What this process last saw of a run, kept so the next optimistic pass skips its read.
 
 Three kinds, each kept only while it is surely current: the run as a claim
 read it (for that attempt's pass, while the claim's first lease is live), a
@@ -86,7 +86,8 @@ def remember(views: OrderedDict[Any, Any], key: Any, view: Any) -> None:
 
 @dataclass(frozen=True)
 class ClaimView:
-    """The run as a PostgreSQL claim read it, for that attempt's pass."""
+    """The run as a claim read it (or as the pass that scheduled the step
+    left it), for that attempt's pass."""
 
     run: RunState
     steps: list[StepState]
@@ -113,6 +114,7 @@ class Passed:
     run: RunState  # the run as that pass left it (its version, its input)
     steps: list[StepState]
     input_size: int  # of the run's input as stored (its JSON text's length)
+    has_signals: bool  # as that pass saw (a signal since moves the version)
 
 
 PASSED_KEPT = 256

@@ -1,27 +1,33 @@
-"""The workflow store on MySQL/MariaDB: a claim and an outcome in one round trip each.
+"""The workflow store on MySQL/MariaDB: a claim, an outcome and a pass in one round trip each.
 
 Only what MySQL does in fewer round trips than the portable store
 (:mod:`.sql`): over PyMySQL connections that take multi-statement batches, a
-standalone claim and a standalone outcome are each one batch with its COMMIT
-(:mod:`.batch`); inside a pass an outcome writes its step and attempt rows
-in one two-table ``UPDATE``.
+standalone claim, a standalone outcome and the optimistic pass's write
+(:mod:`.sql_optimistic`) are each one batch with its COMMIT
+(:mod:`pikku_celery.sql.mysql_batch`); a claim of the step this store's
+last pass scheduled keeps that pass's view of the run, so its own pass reads
+nothing. In the locked pass an outcome writes its step and attempt rows in
+one two-table ``UPDATE``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import time
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
 
 from ..errors import WorkflowStepFunctionMismatchError
-from ..sql.mysql_batch import Batch, BatchRunner, takes_batches
+from ..sql.mysql_batch import Batch, BatchRunner, NamedRow, run_batch, takes_batches
 from ..sql.runner import Runner, SQLAlchemyRunner
+from .kept_views import ClaimView, remember
 from .model import StepState
 from .rows import STEP_COLUMNS, step_from
-from .sql import SQLWorkflowStore
+from .sql_optimistic import OptimisticSQLStore, PassShape
 from .statements_mysql import MySQLStatements
 
 # The columns of the packed claim read back (MySQLStatements.claim_batch).
@@ -33,15 +39,18 @@ def _statements() -> MySQLStatements:
     return MySQLStatements()
 
 
-class MySQLWorkflowStore(SQLWorkflowStore):
+class MySQLWorkflowStore(OptimisticSQLStore):
     """The SQL store on MySQL/MariaDB (``SQLWorkflowStore(engine)`` picks it)."""
 
     creates_tables = False
     statements: MySQLStatements
 
     def _setup(self) -> None:
+        super()._setup()
         self._claim_batch: Batch | None = None
         self._outcome_batches: dict[str, Batch] = {}
+        self._pass_batches: dict[PassShape, Batch] = {}
+        self._view_batch: Batch | None = None
 
     def _make_statements(self) -> MySQLStatements:
         return _statements()
@@ -71,11 +80,36 @@ class MySQLWorkflowStore(SQLWorkflowStore):
         self._outcome_batches = {
             kind: Batch(d, st.outcome_batch(kind, inline_row_count)) for kind in st.fenced_step
         }
+        # The optimistic pass's read and its COMMIT: one round trip, and the
+        # pool then skips its ROLLBACK.
+        self._view_batch = Batch(d, [st.pass_view, "COMMIT"], rows_of=0)
 
     @property
     def batched(self) -> bool:
-        """Whether claims and outcomes go as one batch each."""
+        """Whether claims, outcomes and passes go as one batch each."""
         return self._claim_batch is not None
+
+    @property
+    def writes_passes(self) -> bool:
+        return self.batched
+
+    def _read_pass_view(self, run_id: str) -> Sequence[Any]:
+        batch = self._view_batch
+        if batch is None:
+            return super()._read_pass_view(run_id)
+        with self._engine.connect() as conn:
+            [(_, rows, names), _] = run_batch(conn, batch, {"p_id": run_id})
+        assert rows is not None and names is not None
+        return [NamedRow(names, row) for row in rows]
+
+    def _pass_write(self, shape: PassShape, params: dict[str, Any]) -> tuple[bool, bool]:
+        """One batch and its COMMIT (:meth:`MySQLStatements.pass_batch`)."""
+        batch = self._pass_batches.get(shape)
+        if batch is None:
+            statements = self.statements.pass_batch(*shape)
+            batch = self._pass_batches[shape] = Batch(self._engine.dialect, statements, rows_of=-2)
+        [(pinned, fenced)] = self.runner.rows(batch, params)
+        return pinned == 1, fenced == 1
 
     def _claim(self, params: dict[str, Any]) -> StepState | None:
         batch = self._claim_batch
@@ -92,7 +126,28 @@ class MySQLWorkflowStore(SQLWorkflowStore):
                     params["p_id"], row.task_name, params["p_task"]
                 )
             return None
-        return step_from(row)
+        step = step_from(row)
+        self._keep_passed_view(step)
+        return step
+
+    def _keep_passed_view(self, step: StepState) -> None:
+        """The run as this store's pass that scheduled ``step`` left it, for
+        the claimed attempt's pass (its write is pinned to that version)."""
+        passed = self._passed.take(step.id)
+        if passed is None:
+            # A view an earlier claim of this attempt kept is not this claim's.
+            self._claim_views.pop((step.id, step.attempt), None)
+            return
+        view = ClaimView(
+            passed.run,
+            [step if s.id == step.id else s for s in passed.steps],
+            int(step.updated_at),  # the claim's time, on the database's clock
+            passed.has_signals,
+            time.monotonic(),
+            int(step.lease_expires_at or 0),
+            passed.input_size,
+        )
+        remember(self._claim_views, (step.id, step.attempt), view)
 
     def _fenced_write(
         self, conn: sa.Connection, kind: str, params: dict[str, Any], on_pass_clock: bool = False

@@ -3,19 +3,17 @@
 Only what PostgreSQL does in fewer round trips than the portable store
 (:mod:`.sql`): single statements in autocommit, on libpq's prepared
 statements with psycopg (:class:`~pikku_celery.sql.runner.LibpqRunner`); a
-claim that also reads what its pass needs (:mod:`.kept_views`); a pass with
-an outcome as one unlocked read and one version-checked statement (the
-optimistic pass; anything more takes the portable locked pass); a run's end
-announced with NOTIFY for ``RunHandle.wait``.
+claim that also reads what its pass needs (:mod:`.kept_views`); the
+optimistic pass (:mod:`.sql_optimistic`) written as one statement; a new run
+and its first pass as one statement; a run's end announced with NOTIFY for
+``RunHandle.wait``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import SimpleNamespace
@@ -23,45 +21,35 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import RunNotFoundError, StoreError
-from ..payload import dumps, loads
+from ..errors import StoreError
+from ..payload import dumps
 from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
 from ..sql.settle import SETTLED_CHANNEL, SettleListener, settle_notice
 from .base import Decide, SettleWatch
 from .changes import (
-    eager_claim_of,
-    prepare_outcome,
     run_after_pass,
     run_created,
     step_created,
-    step_created_claimed,
 )
 from .kept_views import (
-    FRESH_RUN_MS,
     ClaimView,
-    DatabaseClock,
     FirstPass,
     Passed,
-    PassedRuns,
     remember,
 )
 from .model import (
-    EAGER,
-    JSON,
     AdvanceResult,
-    AttemptStatus,
     NewRun,
     RunState,
-    RunStatus,
     RunView,
     StepKind,
     StepOutcome,
     StepState,
     StepStatus,
 )
-from .rows import STEP_COLUMNS, attempt_params, run_from, run_params, step_from, step_params
-from .rules import encode_decision
-from .sql import SQLWorkflowStore
+from .rows import STEP_COLUMNS, run_from, run_params, step_from, step_params
+from .rules import EncodedDecision, encode_decision
+from .sql_optimistic import OptimisticSQLStore, PassShape
 from .statements_postgres import CLAIM_VIEW_STEPS, PostgresStatements
 
 
@@ -70,23 +58,15 @@ def _statements() -> PostgresStatements:
     return PostgresStatements()
 
 
-class PostgresWorkflowStore(SQLWorkflowStore):
+class PostgresWorkflowStore(OptimisticSQLStore):
     """The SQL store on PostgreSQL (``SQLWorkflowStore(engine)`` picks it)."""
 
     creates_tables = False
     statements: PostgresStatements
 
     def _setup(self) -> None:
+        super()._setup()
         self._settle: SettleListener | None = None
-        self._claim_views: OrderedDict[tuple[str, int], ClaimView] = OrderedDict()
-        # Runs just created, by the creating thread: the first pass that
-        # thread takes needs no read (the engine's start()).
-        self._fresh_runs: OrderedDict[str, tuple[int, ClaimView]] = OrderedDict()
-        # The run's steps as this store's last optimistic pass left them, by
-        # the step that pass scheduled: that step's claim then reads only the
-        # run row, and takes the steps from here if the version still matches.
-        self._passed = PassedRuns()
-        self._clock = DatabaseClock()
 
     def _make_statements(self) -> PostgresStatements:
         return _statements()
@@ -167,28 +147,8 @@ class PostgresWorkflowStore(SQLWorkflowStore):
             [step] if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED else []
         )
         if publish:
-            self._passed.put(step.id, Passed(passed, [step], len(text)))
+            self._passed.put(step.id, Passed(passed, [step], len(text), False))
         return AdvanceResult(run=passed, steps=publish, decision=decision)
-
-    def _created(self, run: RunState, input_size: int) -> None:
-        self._clock.saw(run.updated_at)
-        fresh = ClaimView(
-            run,
-            [],
-            run.updated_at,
-            False,
-            time.monotonic(),
-            run.updated_at + FRESH_RUN_MS,
-            input_size,
-        )
-        remember(self._fresh_runs, run.id, (threading.get_ident(), fresh))
-
-    def _forget_created(self, run_id: str) -> None:
-        self._fresh_runs.pop(run_id, None)
-
-    def _created_here(self, run_id: str) -> bool:
-        """Whether this thread created ``run_id`` and has not advanced it yet."""
-        return self._fresh_runs.get(run_id, (0, None))[0] == threading.get_ident()
 
     # --- steps ---------------------------------------------------------------
     def _claim(self, params: dict[str, Any]) -> StepState | None:
@@ -255,21 +215,18 @@ class PostgresWorkflowStore(SQLWorkflowStore):
             return self._fenced_write(conn, kind, params)
 
     # --- the orchestration pass ---------------------------------------------
-    def _pass(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
-        """A pass with an outcome first tries the optimistic path; every other
-        pass, and any the optimistic path hands back, is the locked pass."""
-        done = first = None
-        if outcome is not None:
-            done = self._advance_optimistic(run_id, outcome, decide)
-        elif self._created_here(run_id):
-            first = FirstPass(decide)
-            done = self._advance_optimistic(run_id, outcome, first.decide)
-        if done is not None:
-            return done  # a run it ended was announced by its statement
-        done = self._advance(run_id, outcome, decide, first)
+    def _locked_pass(
+        self, run_id: str, outcome: StepOutcome | None, decide: Decide, first: FirstPass | None
+    ) -> AdvanceResult:
+        """The locked pass, then the settle NOTIFY of a run it ended (the
+        optimistic write sends its own)."""
+        done = super()._locked_pass(run_id, outcome, decide, first)
         if done.decision is not None and done.run.status.terminal:
             self._notify_settled(done.run)
         return done
+
+    def _end_params(self, run_id: str, status: str, encoded: EncodedDecision) -> dict[str, Any]:
+        return {"p_notice": settle_notice(run_id, status, encoded.output, encoded.error)}
 
     # --- waiting for a run to settle (PostgreSQL LISTEN/NOTIFY) ---------------
     def _notify_settled(self, run: RunState) -> None:
@@ -291,136 +248,7 @@ class PostgresWorkflowStore(SQLWorkflowStore):
         with self._settle.watch(run_id) as wait:
             yield wait
 
-    def _advance_optimistic(
-        self, run_id: str, outcome: StepOutcome | None, decide: Decide
-    ) -> AdvanceResult | None:
-        """The hot path: one unlocked read, then the whole pass as one
-        version-checked statement (:meth:`PostgresStatements.pass_write`),
-        both in autocommit: two round trips and one commit.
-
-        None, with nothing written, when the locked pass must do it instead:
-        the version moved (another pass or a signal came first), the run has
-        ended, or the decision is not a plain sequential step (fan-out, child
-        runs, resolutions...). The locked pass then reads and decides afresh,
-        so ``decide`` must be pure (the replay is).
-        """
-        st = self.statements
-        if outcome is None:  # a run this thread just created: nothing to read
-            kept = self._fresh_runs.pop(run_id, (0, None))[1]
-            if kept is None or not kept.still_ours(run_id):
-                return None  # the locked pass reads it
-        else:
-            kept = self._claim_views.pop((outcome.step_id, outcome.attempt), None)
-        if kept is not None and kept.still_ours(run_id):
-            # Read at claim time; "now" moves on by this process's
-            # monotonic clock, anchored on the database's.
-            run, steps, has_signals = kept.run, kept.steps, kept.has_signals
-            now, input_size = kept.now(), kept.input_size
-        else:
-            with self._one() as conn:
-                rows = conn.execute(st.pass_view, {"p_id": run_id}).all()
-            if not rows:
-                raise RunNotFoundError(f"no workflow run {run_id!r}")
-            head = rows[0]
-            run = run_from(head, "r_")
-            now, input_size = int(head.db_now), len(head.r_input or "")
-            self._clock.saw(now)
-            steps = [step_from(r) for r in rows if r.id is not None]
-            has_signals = bool(head.has_signals)
-        if run.status.terminal:
-            return None
-        kind: str | None = None
-        written: dict[str, Any] = {"p_now": now}
-        if outcome is not None:
-            prepared = prepare_outcome(steps, outcome, now)
-            kind, steps, written = prepared.kind, prepared.steps, prepared.params
-        signals: dict[str, JSON] = {}
-        if has_signals:
-            with self._one() as conn:
-                for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
-                    signals[name] = loads(payload)
-        view = RunView(run=run, steps=steps, signals=signals, now=now)
-        decision = decide(view)
-        encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
-        ends = decision.run_status is not None and decision.run_status.terminal
-        if (
-            decision.resolutions
-            or decision.redispatch
-            or decision.cancel_children
-            or decision.run_status == RunStatus.CANCELLED  # closes the run's open steps
-            or len(encoded.steps) > 1
-            or any(e.child_input is not None for e in encoded.steps)
-            or (ends and run.parent_run_id is not None)
-        ):
-            return None
-        params: dict[str, Any] = {
-            **written,
-            "p_run": run.id,
-            "p_version": run.version,
-            "p_wake_at": decision.wake_at,
-        }
-        new_run = run_after_pass(run, decision, loads(encoded.output), loads(encoded.error), now)
-        if ends:
-            assert decision.run_status is not None
-            params.update(
-                p_run_status=decision.run_status.value,
-                p_output=encoded.output,
-                p_run_error=encoded.error,
-                p_notice=settle_notice(
-                    run.id, decision.run_status.value, encoded.output, encoded.error
-                ),
-            )
-        publish: list[StepState] = []
-        eager = None
-        for enc in encoded.steps:
-            step = step_created(run, enc, now)
-            claim = eager_claim_of(decision.eager, enc.new)
-            if claim is not None:
-                step = eager = step_created_claimed(step, claim, now)
-                attempt = attempt_params(step, AttemptStatus.RUNNING, EAGER, now)
-                params.update({f"a_{k}": v for k, v in attempt.items()})
-            row = step_params(step, enc.args, enc.kwargs, enc.value)
-            params.update({f"n_{k}": v for k, v in row.items()})
-            if eager is None and step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
-                publish.append(step)
-        shape = (kind, bool(encoded.steps), ends, eager is not None)
-        pinned, fenced = self._pass_write(shape, params)
-        if not pinned:
-            return None
-        if not fenced:
-            assert outcome is not None  # a pass without one is fenced by its pin
-            raise self._superseded(outcome.step_id, outcome.attempt, outcome.claim_id)
-        if eager is not None:
-            # The eager step's own pass (in this process, next) needs no read.
-            self._keep_eager_view(new_run, [*steps, eager], eager, now, has_signals, input_size)
-        elif len(publish) == 1 and len(encoded.steps) == 1:
-            self._passed.put(publish[0].id, Passed(new_run, [*steps, publish[0]], input_size))
-        return AdvanceResult(run=new_run, steps=publish, decision=decision, eager=eager)
-
-    def _keep_eager_view(
-        self,
-        run: RunState,
-        steps: list[StepState],
-        eager: StepState,
-        now: int,
-        has_signals: bool,
-        input_size: int,
-    ) -> None:
-        """The run as this pass left it, for the pass of the step it claimed."""
-        view = ClaimView(
-            run,
-            steps,
-            now,
-            has_signals,
-            time.monotonic(),
-            int(eager.lease_expires_at or 0),
-            input_size,
-        )
-        remember(self._claim_views, (eager.id, eager.attempt), view)
-
-    def _pass_write(
-        self, shape: tuple[str | None, bool, bool, bool], params: dict[str, Any]
-    ) -> Any:
-        """The optimistic pass's one statement: (pinned, fenced)."""
+    def _pass_write(self, shape: PassShape, params: dict[str, Any]) -> tuple[bool, bool]:
+        """One statement (:meth:`PostgresStatements.pass_write`), in autocommit."""
         [row] = self.runner.rows(self.statements.pass_write(*shape), params)
-        return row.pinned, row.fenced
+        return bool(row.pinned), bool(row.fenced)

@@ -188,6 +188,7 @@ class Statements:
         self._claims(now, at)
         self._outcomes(now, at)
         self._pass_writes(now, at)
+        self._pass_view(now)
         self._sweep(now, at)
         self._in_flight()
 
@@ -214,6 +215,24 @@ class Statements:
     def _families(self) -> Iterator[tuple[str, sa.ClauseElement]]:
         """A dialect's statement families, named by shape (none here)."""
         return iter(())
+
+    def _pass_view(self, now: ColumnElement[int]) -> None:
+        """The optimistic pass's read (:mod:`.sql_optimistic`): the run, its
+        clock, whether it has signals and its steps, unlocked, in one go."""
+        run_head = (
+            sa.select(
+                *[c.label(f"r_{c.name}") for c in R.c],
+                now.label("db_now"),
+                sa.exists().where(G.c.run_id == R.c.id).label("has_signals"),
+            )
+            .where(R.c.id == _p("id"))
+            .subquery("head")
+        )
+        self.pass_view = (
+            sa.select(run_head, S)
+            .select_from(run_head.outerjoin(S, S.c.run_id == run_head.c.r_id))
+            .order_by(S.c.seq)
+        )
 
     def _runs(self, now: ColumnElement[int], at: ColumnElement[int]) -> None:
         """Runs: read, lock, create, cancel, reopen; signals."""

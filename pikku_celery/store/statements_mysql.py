@@ -8,6 +8,8 @@ or outcome is a multi-statement batch with its COMMIT (one round trip; see
 
 from __future__ import annotations
 
+import functools
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
@@ -19,12 +21,18 @@ from .statements import (
     FENCE,
     OUTCOMES,
     A,
+    R,
     S,
     Statements,
     _lit,
     _outcome_values,
     _p,
+    _run_pass_values,
 )
+
+# The optimistic pass's gates, session variables set inside its batch.
+PINNED: ColumnElement[int] = sa.literal_column("@pikku_pinned", sa.Integer())
+FENCED: ColumnElement[int] = sa.literal_column("@pikku_fenced", sa.Integer())
 
 
 class MySQLStatements(Statements):
@@ -65,6 +73,46 @@ class MySQLStatements(Statements):
                 | {A.c.finished_at: now}
             )
         )
+
+    @functools.lru_cache(maxsize=16)  # noqa: B019 - built once per store class, kept for good
+    def pass_batch(
+        self, kind: str | None, new_step: bool, ends: bool, eager: bool = False
+    ) -> list[sa.ClauseElement | str]:
+        """A whole pass as ONE batch with its COMMIT (the optimistic hot path,
+        as PostgreSQL's ``pass_write`` statement).
+
+        A locking read pins the run row only if its version is still the one
+        the pass read (lock order run, then step, as in the locked pass); the
+        fenced outcome needs the pin; the run update needs the outcome; the
+        new step (and, ``eager``, its attempt row) needs the run update. Every
+        write is gated on the one before, so the COMMIT commits all of the
+        pass or nothing of it. Answers (pinned, fenced) as 1 or 0.
+        """
+        at = _p("now", sa.BigInteger())
+        pin = sa.text(
+            f"SET @pikku_pinned := (SELECT COUNT(*) FROM {R.name} "
+            "WHERE id = :p_run AND version = :p_version FOR UPDATE)"
+        ).bindparams(sa.bindparam("p_run", type_=sa.String()), sa.bindparam("p_version"))
+        batch: list[sa.ClauseElement | str] = [pin]
+        gate = PINNED == 1
+        if kind is not None:
+            batch += [self.fenced_both_at[kind].where(gate), "SET @pikku_fenced := ROW_COUNT()"]
+            gate = FENCED == 2
+        run_values = _run_pass_values(at)
+        if ends:
+            run_values.update(
+                wake_at=sa.null(),
+                status=_p("run_status"),
+                output=_p("output"),
+                error=_p("run_error"),
+            )
+        batch.append(sa.update(R).where(R.c.id == _p("run"), gate).values(**run_values))
+        if new_step:
+            batch.append(_insert_if(S, "n_", gate))
+        if new_step and eager:
+            batch.append(_insert_if(A, "a_", gate))
+        fenced = "@pikku_fenced = 2" if kind is not None else "@pikku_pinned = 1"
+        return [*batch, f"SELECT @pikku_pinned = 1 AS pinned, {fenced} AS fenced", "COMMIT"]
 
     def claim_batch(self, inline_row_count: bool) -> list[sa.ClauseElement | str]:
         """The claim as one multi-statement batch (see :mod:`.batch`).
@@ -150,3 +198,10 @@ class MySQLStatements(Statements):
             attempt.where(sa.literal_column("@pikku_fenced") == 1),
             "COMMIT",
         ]
+
+
+def _insert_if(table: sa.Table, prefix: str, gate: ColumnElement[bool]) -> sa.Insert:
+    """One row of ``table`` from parameters ``<prefix><column>``, only if ``gate``."""
+    cols = list(table.c)
+    values = sa.select(*[sa.bindparam(f"{prefix}{c.name}", type_=c.type) for c in cols])
+    return sa.insert(table).from_select([c.name for c in cols], values.where(gate))

@@ -86,7 +86,6 @@ class PostgresStatements(Statements):
                 sa.bindparam("notice", type_=sa.String()),
             )
         )
-        self._pass_view(now)
         # A claim from a message commits without waiting for the WAL flush
         # (synchronous_commit off for that one statement's transaction): a
         # crash that loses it reverts the step, and the claim id fences out
@@ -117,24 +116,6 @@ class PostgresStatements(Statements):
             yield f"pass_write[{shape}]", self.pass_write(kind, new_step, ends)
             if new_step and not ends:
                 yield f"pass_write[{shape},eager]", self.pass_write(kind, new_step, ends, True)
-
-    def _pass_view(self, now: ColumnElement[int]) -> None:
-        """The optimistic pass's read: the run, its clock, whether it has
-        signals and its steps, unlocked, in one go."""
-        run_head = (
-            sa.select(
-                *[c.label(f"r_{c.name}") for c in R.c],
-                now.label("db_now"),
-                sa.exists().where(G.c.run_id == R.c.id).label("has_signals"),
-            )
-            .where(R.c.id == _p("id"))
-            .subquery("head")
-        )
-        self.pass_view = (
-            sa.select(run_head, S)
-            .select_from(run_head.outerjoin(S, S.c.run_id == run_head.c.r_id))
-            .order_by(S.c.seq)
-        )
 
     def _claim_view(self, now: ColumnElement[int], claim: sa.Update) -> sa.Select[Any]:
         """The claim as one statement: the guarded update, the new attempt

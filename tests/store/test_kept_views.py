@@ -70,7 +70,7 @@ def test_threads_keeping_views_at_the_limit_never_fail(frequent_switches: None) 
 
 def passed(size: int) -> Passed:
     run = RunState(id="r", workflow="wf", status=RunStatus.RUNNING, input=None)
-    return Passed(run, [], size)
+    return Passed(run, [], size, False)
 
 
 def test_passed_runs_keep_at_most_their_count_oldest_first() -> None:
