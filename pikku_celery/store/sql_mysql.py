@@ -2,8 +2,9 @@
 
 Only what MySQL does in fewer round trips than the portable store
 (:mod:`.sql`): over PyMySQL connections that take multi-statement batches, a
-standalone claim, a standalone outcome and the optimistic pass's write
-(:mod:`.sql_optimistic`) are each one batch with its COMMIT
+standalone claim, a standalone outcome, the optimistic pass's read and its
+write (:mod:`.sql_optimistic`) and a new run with its first step are each one
+batch with its COMMIT
 (:mod:`pikku_celery.sql.mysql_batch`); a claim of the step this store's
 last pass scheduled keeps that pass's view of the run, so its own pass reads
 nothing. In the locked pass an outcome writes its step and attempt rows in
@@ -51,6 +52,7 @@ class MySQLWorkflowStore(OptimisticSQLStore):
         self._outcome_batches: dict[str, Batch] = {}
         self._pass_batches: dict[PassShape, Batch] = {}
         self._view_batch: Batch | None = None
+        self._start_batch: Batch | None = None
 
     def _make_statements(self) -> MySQLStatements:
         return _statements()
@@ -83,6 +85,7 @@ class MySQLWorkflowStore(OptimisticSQLStore):
         # The optimistic pass's read and its COMMIT: one round trip, and the
         # pool then skips its ROLLBACK.
         self._view_batch = Batch(d, [st.pass_view, "COMMIT"], rows_of=0)
+        self._start_batch = Batch(d, st.start_batch())
 
     @property
     def batched(self) -> bool:
@@ -92,6 +95,10 @@ class MySQLWorkflowStore(OptimisticSQLStore):
     @property
     def writes_passes(self) -> bool:
         return self.batched
+
+    def _start_write(self, params: dict[str, Any]) -> None:
+        assert self._start_batch is not None  # only with batches (writes_passes)
+        self.runner.rows(self._start_batch, params)
 
     def _read_pass_view(self, run_id: str) -> Sequence[Any]:
         batch = self._view_batch

@@ -7,24 +7,29 @@ write: the version the read saw pins the run, so a pass or a signal that
 landed in between makes the write change nothing, and the portable locked
 pass (:meth:`SQLWorkflowStore._advance`) takes the pass instead. A dialect
 supplies the write (:meth:`OptimisticSQLStore._pass_write`): PostgreSQL one
-statement of data-modifying CTEs, MySQL/MariaDB one batch and its COMMIT.
+statement of data-modifying CTEs, MySQL/MariaDB one batch and its COMMIT. A
+new run and its first pass are one write the same way (``start_run``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import RunNotFoundError
-from ..payload import loads
+import sqlalchemy as sa
+
+from ..errors import RunNotFoundError, StoreError
+from ..payload import dumps, loads
 from .base import Decide
 from .changes import (
     eager_claim_of,
     prepare_outcome,
     run_after_pass,
+    run_created,
     step_created,
     step_created_claimed,
 )
@@ -42,6 +47,7 @@ from .model import (
     JSON,
     AdvanceResult,
     AttemptStatus,
+    NewRun,
     RunState,
     RunStatus,
     RunView,
@@ -50,7 +56,7 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rows import attempt_params, run_from, step_from, step_params
+from .rows import attempt_params, run_from, run_params, step_from, step_params
 from .rules import EncodedDecision, encode_decision
 from .sql import SQLWorkflowStore
 
@@ -116,6 +122,64 @@ class OptimisticSQLStore(SQLWorkflowStore):
     def _created_here(self, run_id: str) -> bool:
         """Whether this thread created ``run_id`` and has not advanced it yet."""
         return self._fresh_runs.get(run_id, (0, None))[0] == threading.get_ident()
+
+    # --- a new run with its first pass -------------------------------------
+    def start_run(self, new: NewRun, decide: Decide) -> AdvanceResult | None:
+        """A new run and its first pass in one write, when that pass
+        records one step (the usual start): "now" is the database's clock
+        as last read here (:class:`DatabaseClock`), so nothing is read first.
+        Otherwise (no recent reading, an idempotency key, another decision)
+        the run is only created, and the caller takes the pass."""
+        now = self._clock.now()
+        if not self.writes_passes or now is None or new.idempotency_key is not None:
+            self.create_run(new)
+            return None
+        text = dumps(new.input, f"workflow {new.workflow!r}", "input")
+        run = run_created(new, json.loads(text), now)
+        try:
+            decision = decide(RunView(run=run, steps=[], signals={}, now=now))
+            encoded = encode_decision(run, {}, decision)
+        except BaseException:
+            self.create_run(new)  # so that the engine can record the failure
+            raise
+        if (
+            len(encoded.steps) != 1
+            or encoded.steps[0].child_input is not None
+            or decision.run_status is not None
+            or decision.redispatch
+            or decision.eager is not None
+        ):
+            self.create_run(new)
+            return None
+        passed = run_after_pass(run, decision, None, None, now)
+        [first] = encoded.steps
+        step = step_created(run, first, now)
+        params = {f"r_{k}": v for k, v in run_params(new, text).items()}
+        params.update(
+            r_created_at=now, r_updated_at=now, r_version=passed.version, r_wake_at=passed.wake_at
+        )
+        row = step_params(
+            step, encoded.steps[0].args, encoded.steps[0].kwargs, encoded.steps[0].value
+        )
+        params.update({f"n_{k}": v for k, v in row.items()})
+        try:
+            self._start_write(params)
+        except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
+            self.create_run(new)
+            first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else ""
+            raise StoreError(
+                f"the database refused what the first pass of run {run.id} decided: {first_line}"
+            ) from exc
+        publish = (
+            [step] if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED else []
+        )
+        if publish:
+            self._passed.put(step.id, Passed(passed, [step], len(text), False))
+        return AdvanceResult(run=passed, steps=publish, decision=decision)
+
+    def _start_write(self, params: dict[str, Any]) -> None:
+        """The new run (parameters ``r_*``) and its first step (``n_*``) in one write."""
+        raise NotImplementedError
 
     # --- the orchestration pass ---------------------------------------------
     def _pass(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:

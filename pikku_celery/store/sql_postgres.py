@@ -21,16 +21,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..errors import StoreError
-from ..payload import dumps
 from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
 from ..sql.settle import SETTLED_CHANNEL, SettleListener, settle_notice
 from .base import Decide, SettleWatch
-from .changes import (
-    run_after_pass,
-    run_created,
-    step_created,
-)
 from .kept_views import (
     ClaimView,
     FirstPass,
@@ -41,14 +34,11 @@ from .model import (
     AdvanceResult,
     NewRun,
     RunState,
-    RunView,
-    StepKind,
     StepOutcome,
     StepState,
-    StepStatus,
 )
-from .rows import STEP_COLUMNS, run_from, run_params, step_from, step_params
-from .rules import EncodedDecision, encode_decision
+from .rows import STEP_COLUMNS, run_from, step_from
+from .rules import EncodedDecision
 from .sql_optimistic import OptimisticSQLStore, PassShape
 from .statements_postgres import CLAIM_VIEW_STEPS, PostgresStatements
 
@@ -97,58 +87,8 @@ class PostgresWorkflowStore(OptimisticSQLStore):
             created, updated = conn.execute(st.run_insert_returning, params).one()
             return created, updated
 
-    def start_run(self, new: NewRun, decide: Decide) -> AdvanceResult | None:
-        """A new run and its first pass in one statement, when that pass
-        records one step (the usual start): "now" is the database's clock
-        as last read here (:class:`DatabaseClock`), so nothing is read first.
-        Otherwise (no recent reading, an idempotency key, another decision)
-        the run is only created, and the caller takes the pass."""
-        now = self._clock.now()
-        if now is None or new.idempotency_key is not None:
-            self.create_run(new)
-            return None
-        text = dumps(new.input, f"workflow {new.workflow!r}", "input")
-        run = run_created(new, json.loads(text), now)
-        try:
-            decision = decide(RunView(run=run, steps=[], signals={}, now=now))
-            encoded = encode_decision(run, {}, decision)
-        except BaseException:
-            self.create_run(new)  # so that the engine can record the failure
-            raise
-        if (
-            len(encoded.steps) != 1
-            or encoded.steps[0].child_input is not None
-            or decision.run_status is not None
-            or decision.redispatch
-            or decision.eager is not None
-        ):
-            self.create_run(new)
-            return None
-        passed = run_after_pass(run, decision, None, None, now)
-        [first] = encoded.steps
-        step = step_created(run, first, now)
-        params = {f"r_{k}": v for k, v in run_params(new, text).items()}
-        params.update(
-            r_created_at=now, r_updated_at=now, r_version=passed.version, r_wake_at=passed.wake_at
-        )
-        row = step_params(
-            step, encoded.steps[0].args, encoded.steps[0].kwargs, encoded.steps[0].value
-        )
-        params.update({f"n_{k}": v for k, v in row.items()})
-        try:
-            self.runner.rows(self.statements.run_start, params)
-        except (sa.exc.DataError, sa.exc.IntegrityError) as exc:
-            self.create_run(new)
-            first_line = str(exc.orig).strip().splitlines()[0] if exc.orig else ""
-            raise StoreError(
-                f"the database refused what the first pass of run {run.id} decided: {first_line}"
-            ) from exc
-        publish = (
-            [step] if step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED else []
-        )
-        if publish:
-            self._passed.put(step.id, Passed(passed, [step], len(text), False))
-        return AdvanceResult(run=passed, steps=publish, decision=decision)
+    def _start_write(self, params: dict[str, Any]) -> None:
+        self.runner.rows(self.statements.run_start, params)
 
     # --- steps ---------------------------------------------------------------
     def _claim(self, params: dict[str, Any]) -> StepState | None:

@@ -85,6 +85,21 @@ def _run_pass_values(at: ColumnElement[int]) -> dict[str, Any]:
     }
 
 
+def optimistic_run_values(at: ColumnElement[int], ends: bool) -> dict[str, Any]:
+    """The run row as the optimistic pass writes it (parameters ``p_wake_at``,
+    and when it ``ends`` the run, ``p_run_status``, ``p_output`` and
+    ``p_run_error``): the dialects' one-go writes of a pass share it."""
+    values = _run_pass_values(at)
+    if ends:
+        values.update(
+            wake_at=sa.null(),
+            status=_p("run_status"),
+            output=_p("output"),
+            error=_p("run_error"),
+        )
+    return values
+
+
 def _lit(value: str) -> ColumnElement[str]:
     """An inline SQL string constant (used inside INSERT ... SELECT)."""
     return sa.literal_column(f"'{value}'", sa.String())

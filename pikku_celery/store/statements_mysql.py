@@ -27,7 +27,7 @@ from .statements import (
     _lit,
     _outcome_values,
     _p,
-    _run_pass_values,
+    optimistic_run_values,
 )
 
 # The optimistic pass's gates, session variables set inside its batch.
@@ -98,14 +98,7 @@ class MySQLStatements(Statements):
         if kind is not None:
             batch += [self.fenced_both_at[kind].where(gate), "SET @pikku_fenced := ROW_COUNT()"]
             gate = FENCED == 2
-        run_values = _run_pass_values(at)
-        if ends:
-            run_values.update(
-                wake_at=sa.null(),
-                status=_p("run_status"),
-                output=_p("output"),
-                error=_p("run_error"),
-            )
+        run_values = optimistic_run_values(at, ends)
         batch.append(sa.update(R).where(R.c.id == _p("run"), gate).values(**run_values))
         if new_step:
             batch.append(_insert_if(S, "n_", gate))
@@ -113,6 +106,13 @@ class MySQLStatements(Statements):
             batch.append(_insert_if(A, "a_", gate))
         fenced = "@pikku_fenced = 2" if kind is not None else "@pikku_pinned = 1"
         return [*batch, f"SELECT @pikku_pinned = 1 AS pinned, {fenced} AS fenced", "COMMIT"]
+
+    def start_batch(self) -> list[sa.ClauseElement | str]:
+        """A new run (parameters ``r_*``) and its first step (``n_*``) with
+        their COMMIT: ``start()`` in one round trip."""
+        run = sa.insert(R).values({c.name: sa.bindparam(f"r_{c.name}", type_=c.type) for c in R.c})
+        step = sa.insert(S).values({c.name: sa.bindparam(f"n_{c.name}", type_=c.type) for c in S.c})
+        return [run, step, "COMMIT"]
 
     def claim_batch(self, inline_row_count: bool) -> list[sa.ClauseElement | str]:
         """The claim as one multi-statement batch (see :mod:`.batch`).

@@ -31,8 +31,8 @@ from .statements import (
     _lit,
     _outcome_values,
     _p,
-    _run_pass_values,
     fenced_pair,
+    optimistic_run_values,
 )
 
 # The most steps a claim reads for its pass (bigger runs' passes read).
@@ -252,14 +252,7 @@ class PostgresStatements(Statements):
                 .values(**attempt_values, finished_at=at)
                 .cte("outcome_attempt")
             )
-        run_values = _run_pass_values(at)
-        if ends:
-            run_values.update(
-                wake_at=sa.null(),
-                status=_p("run_status"),
-                output=_p("output"),
-                error=_p("run_error"),
-            )
+        run_values = optimistic_run_values(at, ends)
         passed = (
             sa.update(R)
             .where(R.c.id == _p("run"), sa.exists(sa.select(outcome.c.id)))

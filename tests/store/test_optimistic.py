@@ -17,20 +17,20 @@ import sqlalchemy as sa
 
 from pikku_celery.errors import WorkflowStepSupersededError
 from pikku_celery.sql.engines import make_engine
-from pikku_celery.store import Decision, RunView, StepOutcome, StepState, StepStatus
+from pikku_celery.store import (
+    Decision,
+    NewRun,
+    RunStatus,
+    RunView,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
+from pikku_celery.store.base import RunStarts
 from pikku_celery.store.sql import SQLWorkflowStore
 from tests.store.conftest import wipe
 from tests.store.support import SHORT, TASK, claim, lapse, make_tasks, race, task
 from tests.store.wire import on_wire, round_trips, warm_up
-
-SERVERS = {"postgres": "store_pg_engine", "mariadb": "store_mysql_engine"}
-
-
-@pytest.fixture(params=sorted(SERVERS))
-def server_engine(request: pytest.FixtureRequest) -> sa.Engine:
-    engine: sa.Engine = request.getfixturevalue(SERVERS[request.param])
-    wipe(engine)
-    return engine
 
 
 @pytest.fixture
@@ -207,6 +207,28 @@ def test_a_sequential_step_costs_two_round_trips_on_mariadb(
     assert count(lambda: fresh.claim_step(lone.id, TASK, "w", 60_000)) == 1
     landed = StepOutcome(lone.id, 1, ok=True, result=1)
     assert count(lambda: fresh.advance(other.id, landed, lambda view: Decision())) == 2
+
+
+def test_a_run_and_its_first_step_are_one_round_trip_on_mariadb(
+    mariadb_one_store: SQLWorkflowStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = mariadb_one_store
+    assert isinstance(store, RunStarts)
+    store.create_run(NewRun(workflow="wf", input=None))  # the clock is read
+    new = NewRun(workflow="wf", input={"n": 1})
+    first = lambda view: Decision(new_steps=[task("first", 0)])  # noqa: E731
+    started: list[object] = []
+    assert (
+        _mariadb_round_trips(monkeypatch, lambda: started.append(store.start_run(new, first))) == 1
+    )
+    run = store.get_run(new.id)
+    assert run is not None and (run.version, run.status, run.input) == (
+        2,
+        RunStatus.RUNNING,
+        {"n": 1},
+    )
+    [step] = store.get_steps(new.id)
+    assert (step.name, step.status) == ("first", StepStatus.SCHEDULED)
 
 
 def test_a_sequential_step_costs_two_round_trips(pg_one_store: SQLWorkflowStore) -> None:

@@ -1,8 +1,10 @@
-"""PostgreSQL's start and wait: a run made with its first pass in one round
-trip, and a run this process started waited for without reading it.
+"""Start and wait: a run made with its first pass in one round trip
+(PostgreSQL, MySQL/MariaDB), and on PostgreSQL a run this process started
+waited for without reading it.
 
 ``start_run`` writes the run and the one step its first pass records in one
-statement, its "now" the database's clock as last read; any other first
+write (PostgreSQL's statement, MariaDB's batch: its round trip is counted in
+``test_optimistic.py``), its "now" the database's clock as last read; any other first
 pass (or no recent reading of the clock, or an idempotency key) only
 creates the run, for the usual pass. The settle notice of a pass that ends
 a run carries its outcome, and the listener heard every notice since it
@@ -54,9 +56,8 @@ def test_a_run_and_its_first_step_are_written_in_one_round_trip(
     "case",
     ["no clock reading", "idempotency key", "several steps", "run ends at once"],
 )
-def test_any_other_start_only_creates_the_run(store_pg_engine: sa.Engine, case: str) -> None:
-    wipe(store_pg_engine)
-    store = SQLWorkflowStore(store_pg_engine)  # a new store: no reading yet
+def test_any_other_start_only_creates_the_run(server_engine: sa.Engine, case: str) -> None:
+    store = SQLWorkflowStore(server_engine)  # a new store: no reading yet
     if case != "no clock reading":
         store.create_run(NewRun(workflow="wf", input=None))
     new = NewRun(workflow="wf", input=1, idempotency_key="k" if case == "idempotency key" else None)
@@ -74,8 +75,8 @@ def test_any_other_start_only_creates_the_run(store_pg_engine: sa.Engine, case: 
     assert store.get_steps(new.id) == []
 
 
-def test_a_first_pass_that_raises_leaves_the_run_to_fail(pg_one_store: SQLWorkflowStore) -> None:
-    store = pg_one_store
+def test_a_first_pass_that_raises_leaves_the_run_to_fail(server_engine: sa.Engine) -> None:
+    store = SQLWorkflowStore(server_engine)
     store.create_run(NewRun(workflow="wf", input=None))
     new = NewRun(workflow="wf", input=None)
 
