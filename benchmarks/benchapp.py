@@ -9,9 +9,8 @@ it shuts down.
 from __future__ import annotations
 
 import atexit
-import functools
+import contextlib
 import os
-from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, signals
@@ -56,21 +55,12 @@ def linear_broker(ctx: Context, n: int) -> Any:
 
 
 if COUNT_FILE:
-    import pymysql
+    from benchmarks.mysql_round_trips import counting
 
-    round_trips = [0]
-
-    def _counted(call: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(call)
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            round_trips[0] += 1
-            return call(*args, **kwargs)
-
-        return counted
-
-    pymysql.cursors.Cursor.execute = _counted(pymysql.cursors.Cursor.execute)  # type: ignore[method-assign]
-    pymysql.connections.Connection.commit = _counted(pymysql.connections.Connection.commit)  # type: ignore[method-assign]
-    pymysql.connections.Connection.rollback = _counted(pymysql.connections.Connection.rollback)  # type: ignore[method-assign]
+    # Counted for the worker's whole life (the stack kept, so the counting
+    # stays on); written when it shuts down.
+    _counting = contextlib.ExitStack()
+    round_trips = _counting.enter_context(counting())
 
     def _write_count(**_: Any) -> None:
         with open(COUNT_FILE, "w") as out:

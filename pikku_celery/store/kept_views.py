@@ -116,6 +116,10 @@ class Passed:
     input_size: int  # of the run's input as stored (its JSON text's length)
     has_signals: bool  # as that pass saw (a signal since moves the version)
 
+    def steps_claimed(self, step: StepState) -> list[StepState]:
+        """The run's steps with ``step`` as its claim left it."""
+        return [step if s.id == step.id else s for s in self.steps]
+
 
 PASSED_KEPT = 256
 PASSED_INPUT_BYTES = 32 * 1024 * 1024

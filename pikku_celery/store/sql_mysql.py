@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +24,6 @@ import sqlalchemy as sa
 from ..errors import WorkflowStepFunctionMismatchError
 from ..sql.mysql_batch import Batch, BatchRunner, NamedRow, run_batch, takes_batches
 from ..sql.runner import Runner, SQLAlchemyRunner
-from .kept_views import ClaimView, remember
 from .model import StepState
 from .rows import STEP_COLUMNS, step_from
 from .sql_optimistic import OptimisticSQLStore, PassShape
@@ -142,19 +140,16 @@ class MySQLWorkflowStore(OptimisticSQLStore):
         the claimed attempt's pass (its write is pinned to that version)."""
         passed = self._passed.take(step.id)
         if passed is None:
-            # A view an earlier claim of this attempt kept is not this claim's.
-            self._claim_views.pop((step.id, step.attempt), None)
+            self._keep_view(step, None, [], 0, False, 0)
             return
-        view = ClaimView(
+        self._keep_view(
+            step,
             passed.run,
-            [step if s.id == step.id else s for s in passed.steps],
+            passed.steps_claimed(step),
             int(step.updated_at),  # the claim's time, on the database's clock
             passed.has_signals,
-            time.monotonic(),
-            int(step.lease_expires_at or 0),
             passed.input_size,
         )
-        remember(self._claim_views, (step.id, step.attempt), view)
 
     def _fenced_write(
         self, conn: sa.Connection, kind: str, params: dict[str, Any], on_pass_clock: bool = False

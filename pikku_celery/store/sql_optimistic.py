@@ -296,29 +296,38 @@ class OptimisticSQLStore(SQLWorkflowStore):
             raise self._superseded(outcome.step_id, outcome.attempt, outcome.claim_id)
         if eager is not None:
             # The eager step's own pass (in this process, next) needs no read.
-            self._keep_eager_view(new_run, [*steps, eager], eager, now, has_signals, input_size)
+            self._keep_view(eager, new_run, [*steps, eager], now, has_signals, input_size)
         elif len(publish) == 1 and len(encoded.steps) == 1:
             left = Passed(new_run, [*steps, publish[0]], input_size, has_signals)
             self._passed.put(publish[0].id, left)
         return AdvanceResult(run=new_run, steps=publish, decision=decision, eager=eager)
 
-    def _keep_eager_view(
+    def _keep_view(
         self,
-        run: RunState,
+        step: StepState,
+        run: RunState | None,
         steps: list[StepState],
-        eager: StepState,
-        now: int,
+        db_now: int,
         has_signals: bool,
         input_size: int,
     ) -> None:
-        """The run as this pass left it, for the pass of the step it claimed."""
+        """The run as this process knows it at ``step``'s claim (a claim's
+        read, or the pass that wrote the claim or scheduled the step), kept
+        for the pass of that attempt while its first lease is live. ``run``
+        None: nothing to keep, and a view an earlier claim of this attempt
+        kept is dropped (a claim the database lost, taken again: not this
+        claim's)."""
+        key = (step.id, step.attempt)
+        if run is None:
+            self._claim_views.pop(key, None)
+            return
         view = ClaimView(
             run,
             steps,
-            now,
+            db_now,
             has_signals,
             time.monotonic(),
-            int(eager.lease_expires_at or 0),
+            int(step.lease_expires_at or 0),
             input_size,
         )
-        remember(self._claim_views, (eager.id, eager.attempt), view)
+        remember(self._claim_views, key, view)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import SimpleNamespace
@@ -25,10 +24,8 @@ from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
 from ..sql.settle import SETTLED_CHANNEL, SettleListener, settle_notice
 from .base import Decide, SettleWatch
 from .kept_views import (
-    ClaimView,
     FirstPass,
     Passed,
-    remember,
 )
 from .model import (
     AdvanceResult,
@@ -120,23 +117,20 @@ class PostgresWorkflowStore(OptimisticSQLStore):
         if passed is not None and head.r_version == passed.run.version:
             # The claim read no steps and no input: no pass has landed since ours.
             run, input_size = passed.run, passed.input_size
-            steps = [step if s.id == step.id else s for s in passed.steps]
+            steps = passed.steps_claimed(step)
         elif len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
-            return step  # a big run: the claim read at most its first steps
+            # A big run: the claim read at most its first steps; its pass reads.
+            self._keep_view(step, None, [], 0, False, 0)
+            return step
         else:
             steps = [step if r.id == step.id else step_from(r) for r in rows if r.id is not None]
-        remember(
-            self._claim_views,
-            (step.id, step.attempt),
-            ClaimView(
-                run or run_from(head, "r_"),
-                steps,
-                int(head.db_now),
-                bool(head.has_signals),
-                time.monotonic(),
-                int(step.lease_expires_at or 0),
-                input_size,
-            ),
+        self._keep_view(
+            step,
+            run or run_from(head, "r_"),
+            steps,
+            int(head.db_now),
+            bool(head.has_signals),
+            input_size,
         )
         return step
 

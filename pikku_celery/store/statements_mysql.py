@@ -8,8 +8,6 @@ or outcome is a multi-statement batch with its COMMIT (one round trip; see
 
 from __future__ import annotations
 
-import functools
-
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
@@ -74,7 +72,6 @@ class MySQLStatements(Statements):
             )
         )
 
-    @functools.lru_cache(maxsize=16)  # noqa: B019 - built once per store class, kept for good
     def pass_batch(
         self, kind: str | None, new_step: bool, ends: bool, eager: bool = False
     ) -> list[sa.ClauseElement | str]:
@@ -86,7 +83,8 @@ class MySQLStatements(Statements):
         fenced outcome needs the pin; the run update needs the outcome; the
         new step (and, ``eager``, its attempt row) needs the run update. Every
         write is gated on the one before, so the COMMIT commits all of the
-        pass or nothing of it. Answers (pinned, fenced) as 1 or 0.
+        pass or nothing of it. Answers (pinned, fenced) as 1 or 0. The store
+        keeps the batch it compiles of each shape.
         """
         at = _p("now", sa.BigInteger())
         pin = sa.text(

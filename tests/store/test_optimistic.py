@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-import pymysql
 import pytest
 import sqlalchemy as sa
 
+from benchmarks.mysql_round_trips import counting
 from pikku_celery.errors import WorkflowStepSupersededError
 from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import (
@@ -154,29 +154,15 @@ def mariadb_one_store(store_mysql_engine: sa.Engine) -> Iterator[SQLWorkflowStor
     engine.dispose()
 
 
-def _mariadb_round_trips(monkeypatch: pytest.MonkeyPatch, fn: Callable[[], object]) -> int:
-    """What ``fn`` sends MariaDB: each PyMySQL query (a batch is one), commit
-    and rollback is one round trip."""
-    sent = [0]
-    with monkeypatch.context() as patched:
-        for owner, name in (
-            (pymysql.cursors.Cursor, "execute"),
-            (pymysql.connections.Connection, "commit"),
-            (pymysql.connections.Connection, "rollback"),
-        ):
-            call = getattr(owner, name)
-
-            def counted(*args: object, _call: Callable[..., object] = call, **kw: object) -> object:
-                sent[0] += 1
-                return _call(*args, **kw)
-
-            patched.setattr(owner, name, counted)
+def _mariadb_round_trips(fn: Callable[[], object]) -> int:
+    """What ``fn`` sends MariaDB, in round trips."""
+    with counting() as sent:
         fn()
     return sent[0]
 
 
 def test_a_sequential_step_costs_two_round_trips_on_mariadb(
-    mariadb_one_store: SQLWorkflowStore, monkeypatch: pytest.MonkeyPatch
+    mariadb_one_store: SQLWorkflowStore,
 ) -> None:
     """The claim of a step this store's pass scheduled: 1 (a batch with its
     COMMIT; the pass's view of the run is kept); its pass with the next step:
@@ -184,17 +170,19 @@ def test_a_sequential_step_costs_two_round_trips_on_mariadb(
     store = mariadb_one_store
     warm_up(store)
     run, [step] = make_tasks(store, 1)
-    count = lambda fn: _mariadb_round_trips(monkeypatch, fn)  # noqa: E731
     claimed: list[object] = []
-    assert count(lambda: claimed.append(store.claim_step(step.id, TASK, "w", 60_000))) == 1
+    assert (
+        _mariadb_round_trips(lambda: claimed.append(store.claim_step(step.id, TASK, "w", 60_000)))
+        == 1
+    )
     outcome = StepOutcome(step.id, 1, ok=True, result={"r": 1})
     decide = lambda view: Decision(new_steps=[task("next", 1)])  # noqa: E731
-    assert count(lambda: store.advance(run.id, outcome, decide)) == 1
+    assert _mariadb_round_trips(lambda: store.advance(run.id, outcome, decide)) == 1
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "next"]
     nxt = store.get_steps(run.id)[1]
-    assert count(lambda: store.claim_step(nxt.id, TASK, "w", 60_000)) == 1
+    assert _mariadb_round_trips(lambda: store.claim_step(nxt.id, TASK, "w", 60_000)) == 1
     done = StepOutcome(nxt.id, 1, ok=True, result="done")
-    assert count(lambda: store.advance(run.id, done, lambda view: Decision())) == 1
+    assert _mariadb_round_trips(lambda: store.advance(run.id, done, lambda view: Decision())) == 1
     assert [(s.status, s.result) for s in store.get_steps(run.id)] == [
         (StepStatus.SUCCEEDED, {"r": 1}),
         (StepStatus.SUCCEEDED, "done"),
@@ -204,13 +192,15 @@ def test_a_sequential_step_costs_two_round_trips_on_mariadb(
     other, [lone] = make_tasks(SQLWorkflowStore(store.engine), 1)
     fresh = SQLWorkflowStore(store.engine)
     fresh.prepare()  # its checks of the schema and the connection, once
-    assert count(lambda: fresh.claim_step(lone.id, TASK, "w", 60_000)) == 1
+    assert _mariadb_round_trips(lambda: fresh.claim_step(lone.id, TASK, "w", 60_000)) == 1
     landed = StepOutcome(lone.id, 1, ok=True, result=1)
-    assert count(lambda: fresh.advance(other.id, landed, lambda view: Decision())) == 2
+    assert (
+        _mariadb_round_trips(lambda: fresh.advance(other.id, landed, lambda view: Decision())) == 2
+    )
 
 
 def test_a_run_and_its_first_step_are_one_round_trip_on_mariadb(
-    mariadb_one_store: SQLWorkflowStore, monkeypatch: pytest.MonkeyPatch
+    mariadb_one_store: SQLWorkflowStore,
 ) -> None:
     store = mariadb_one_store
     assert isinstance(store, RunStarts)
@@ -218,9 +208,7 @@ def test_a_run_and_its_first_step_are_one_round_trip_on_mariadb(
     new = NewRun(workflow="wf", input={"n": 1})
     first = lambda view: Decision(new_steps=[task("first", 0)])  # noqa: E731
     started: list[object] = []
-    assert (
-        _mariadb_round_trips(monkeypatch, lambda: started.append(store.start_run(new, first))) == 1
-    )
+    assert _mariadb_round_trips(lambda: started.append(store.start_run(new, first))) == 1
     run = store.get_run(new.id)
     assert run is not None and (run.version, run.status, run.input) == (
         2,
