@@ -27,7 +27,7 @@ from tests.throwaway import (
     throwaway_redis,
 )
 
-pytest_plugins = ("celery.contrib.pytest",)
+pytest_plugins = ("celery.contrib.pytest", "tests.pg_connection_cap")
 
 
 @pytest.fixture
