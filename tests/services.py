@@ -76,10 +76,19 @@ def scratch_database(admin_url: str, name: str) -> Iterator[str]:
 
 def terminate_backend(engine: sa.Engine, pid: int) -> None:
     """Kill one PostgreSQL backend (as a failover or an admin would) and wait
-    until the server has let it go."""
+    until the server has let it go.
+
+    Only one of this session's own (by its application_name): on the shared
+    server, never another developer's connection."""
+    kill = sa.text(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE pid = :pid AND application_name = :app"
+    )
     with engine.connect() as admin:
-        admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        killed = admin.execute(kill, {"pid": pid, "app": SUITE_APP_NAME}).scalar()
         admin.commit()
+    if not killed:
+        raise AssertionError(f"backend {pid} is not one of this session's ({SUITE_APP_NAME})")
 
     def gone() -> bool:
         with engine.connect() as admin:
