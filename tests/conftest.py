@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -18,8 +19,15 @@ from tests.services import (
     scratch_database,
     unavailable,
 )
+from tests.throwaway import (
+    ThrowawayPostgres,
+    ThrowawayRedis,
+    ThrowawayServerError,
+    throwaway_postgres,
+    throwaway_redis,
+)
 
-pytest_plugins = ("celery.contrib.pytest",)
+pytest_plugins = ("celery.contrib.pytest", "tests.pg_connection_cap")
 
 
 @pytest.fixture
@@ -50,7 +58,9 @@ def mysql_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def postgres_engine(postgres_url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(postgres_url, pool_size=30, max_overflow=10)
+    # The shared server's slots are few: between tests the pool keeps two idle
+    # connections; a race of many threads gets the rest, closed on return.
+    engine = sa.create_engine(postgres_url, pool_size=2, max_overflow=26)
     yield engine
     engine.dispose()
 
@@ -94,3 +104,25 @@ def redis_client() -> Iterator[redis.Redis]:
 def redis_namespace(request: pytest.FixtureRequest) -> str:
     """A key namespace unique to this session and test."""
     return f"{SESSION_TAG}:{abs(hash(request.node.nodeid)) % 10**8}"
+
+
+@pytest.fixture(scope="module")
+def throwaway_pg() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL of the module's own, for tests that restart or crash it."""
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(throwaway_postgres())
+        except (ThrowawayServerError, OSError) as exc:
+            unavailable("throwaway postgresql", exc)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def throwaway_redis_server() -> Iterator[ThrowawayRedis]:
+    """A Redis of the module's own, for tests that restart or flush it."""
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(throwaway_redis())
+        except (ThrowawayServerError, OSError) as exc:
+            unavailable("throwaway redis", exc)
+        yield server
