@@ -55,6 +55,7 @@ SERVERS = {
     "mariadb": os.environ.get("PIKKU_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
 }
 TASK = "bench.step"
+BOUND_MS = 7_200_000  # the engine's claim passes its fleet's lease bound (Redis's default)
 STEPS_PER_RUN = 10  # the claim+advance runs: replay reads at most this many steps
 
 
@@ -115,7 +116,7 @@ def claim_complete_op(store: SQLWorkflowStore, n: int) -> Callable[[], None]:
     ids = iter([s.id for s in store.get_steps(run.id)])
 
     def op() -> None:
-        step = store.claim_step(next(ids), TASK, "bench-worker", 60_000)
+        step = store.claim_step(next(ids), TASK, "bench-worker", 60_000, bound_ms=BOUND_MS)
         assert step is not None
         store.complete_step(step.id, step.attempt, {"ok": True})
 
@@ -143,7 +144,7 @@ def claim_advance_op(store: SQLWorkflowStore) -> tuple[Callable[[], None], Calla
     def cycle() -> None:
         run_id, step_id = state["run"], state["step"]
         assert run_id is not None and step_id is not None
-        step = store.claim_step(step_id, TASK, "bench-worker", 60_000)
+        step = store.claim_step(step_id, TASK, "bench-worker", 60_000, bound_ms=BOUND_MS)
         assert step is not None
         outcome = StepOutcome(step.id, step.attempt, ok=True, result={"ok": True})
         result = store.advance(run_id, outcome, decide)

@@ -73,7 +73,8 @@ class CeleryDispatcher:
         return max(self.lease_ms(lease.queue) for lease in self.leases.table())
 
     def max_countdown(self, queue: str | None) -> float:
-        return self.leases.lease(queue).seconds * COUNTDOWN_MARGIN
+        # The broker's horizon, not the step lease: a countdown is the broker's.
+        return self.leases.lease(queue).horizon * COUNTDOWN_MARGIN
 
     def eager_body(
         self, task_name: str, queue: str | None, carrier: Callable[[StepState], Any]

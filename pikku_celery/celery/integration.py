@@ -25,10 +25,11 @@ from ..errors import (
     PikkuError,
     WorkflowStepFunctionMismatchError,
 )
-from ..lease.base import LeaseService
+from ..lease.base import LeaseService, positive_seconds
 from ..names import check_id
 from ..sql.engines import make_engine
 from ..store.base import WorkflowStore
+from ..store.rules import LEASE_BOUND_FACTOR
 from .dispatcher import (
     ORCHESTRATE,
     RUN_STEP,
@@ -37,12 +38,15 @@ from .dispatcher import (
     rate_limited_run_step,
 )
 from .messages import InvalidMessageError, message_trace, orchestrate_message, step_message
-from .queues import QueueLease, QueueLeases
+from .queues import DEFAULT_STEP_LEASE, QueueLease, QueueLeases
 from .step_body import CeleryStepBody
 
 log = logging.getLogger(__name__)
 
 BEAT_ENTRY = "pikku-sweep"
+DEFAULT_SWEEP_INTERVAL = 15.0
+"""Seconds between sweeps: with the default step lease (60 s) a dead worker's
+step is taken over within 75 s. A sweep is a few indexed reads, cheap to run."""
 
 
 class Pikku(WorkflowEngine):
@@ -53,6 +57,14 @@ class Pikku(WorkflowEngine):
     one connects to nothing: the store checks its tables on first use, and
     ``upgrade_command`` is the command its error then names (Django's
     integration names ``manage.py pikku_celery db upgrade``).
+
+    A step's lease on a queue is ``min(horizon, step_lease)``: the queue's
+    redelivery horizon (visibility timeout, consumer timeout, or
+    ``queue_leases[queue]``) bounds it, ``step_lease`` keeps it short so a
+    dead worker's step is taken over within ``step_lease + sweep_interval``.
+    ``max_lease`` is the longest lease any worker of the fleet may hold (a
+    lease ending further ahead counts as lapsed: an edited row, a clock set
+    back); by default twice the longest horizon, never under ``step_lease``.
     """
 
     def __init__(
@@ -63,9 +75,11 @@ class Pikku(WorkflowEngine):
         engine: sa.Engine | None = None,
         store: WorkflowStore | None = None,
         lease_service: LeaseService | None = None,
-        sweep_interval: float = 30.0,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
         queue_leases: dict[str, float] | None = None,
         default_lease: float | None = None,
+        step_lease: float = DEFAULT_STEP_LEASE,
+        max_lease: float | None = None,
         orchestration_queue: str | None = None,
         install_beat: bool = True,
         upgrade_command: str | None = None,
@@ -76,6 +90,14 @@ class Pikku(WorkflowEngine):
     ) -> None:
         if store is None and engine is None and database_url is None:
             raise ValueError("Pikku needs database_url=..., engine=... or store=...")
+        # Settings are checked before anything is built: a bad one names itself.
+        sweep_interval = positive_seconds(sweep_interval, "sweep_interval")
+        queue_leases_of_app = QueueLeases(app, queue_leases, default_lease, step_lease)
+        if max_lease is not None and positive_seconds(max_lease, "max_lease") < step_lease:
+            raise ValueError(
+                f"max_lease ({max_lease!r} s) must be at least step_lease ({step_lease!r} s): "
+                "it bounds every lease of the fleet, this worker's own included"
+            )
         self.app = app
         self.sql_engine = engine or (make_engine(database_url) if database_url else None)
         if store is None:
@@ -97,13 +119,14 @@ class Pikku(WorkflowEngine):
         # A worker killed mid-sweep holds the sweep lease until it lapses; the
         # lease is renewed while a sweep runs, so it can be short.
         options.setdefault("sweep_lease_ttl", max(5.0, 2 * sweep_interval))
-        self.queue_leases = QueueLeases(app, queue_leases, default_lease)
+        self.queue_leases = queue_leases_of_app
         dispatcher = CeleryDispatcher(app, self.queue_leases, orchestration_queue)
         super().__init__(
             store,
             lease_service,
             dispatcher,
             orchestration_queue=orchestration_queue,
+            max_lease=max_lease,
             **options,
         )
         self.sweep_interval = sweep_interval
@@ -127,6 +150,25 @@ class Pikku(WorkflowEngine):
     def lease_for_queue(self, queue: str | None = None) -> QueueLease:
         """The step lease of ``queue`` (default queue when None) and its source."""
         return self.queue_leases.lease(queue)
+
+    @property
+    def step_lease(self) -> float:
+        """The liveness lease a step holds within its queue's horizon (seconds)."""
+        return self.queue_leases.step_lease
+
+    def takeover_within(self, queue: str | None = None) -> float:
+        """The longest a step on ``queue`` whose worker died waits for another
+        worker (seconds): its lease lapses within the lease's length of the
+        death, and the next sweep sends it again."""
+        return self.queue_leases.lease(queue).seconds + self.sweep_interval
+
+    def _resolve_lease_bound_ms(self) -> int:
+        if self.max_lease is not None:
+            return round(self.max_lease * 1000)
+        # Horizons, not this worker's leases: a worker of the same fleet
+        # running with another step_lease, or an older release that leased
+        # for the whole horizon, still holds a lease no longer than them.
+        return round(LEASE_BOUND_FACTOR * self.queue_leases.longest_horizon() * 1000)
 
     def durable(self, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
         """Run a Celery canvas (signature, chain, group, chord, nested) durably.

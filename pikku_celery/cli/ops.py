@@ -127,7 +127,11 @@ def sweep(once: bool, interval: float | None, as_json: bool) -> None:
 @json_option
 @friendly_errors
 def leases(as_json: bool) -> None:
-    """Show each queue's step lease and its source, and steps no worker took.
+    """Show each queue's step lease and why, and steps no worker took.
+
+    Per queue: its redelivery horizon and where that came from, the lease
+    (``min(horizon, step_lease)``), how often it is renewed, and how soon a
+    dead worker's step is taken over (lease + sweep interval).
 
     Queues: the app's default and task_queues, pikku's overrides, every
     queue a registered task is routed to, and every queue holding steps sent
@@ -137,18 +141,21 @@ def leases(as_json: bool) -> None:
     configuration.
     """
     s = state()
+    sweep_interval: float | None = None
     if s.has_app:
         pikku = s.workflows()
         rows, transport = _app_rows(pikku), transport_name(pikku.app)
+        sweep_interval = pikku.sweep_interval
         title = f"step leases by queue (transport: {transport})"
     else:
         rows, transport = _store_rows(s.store()), None
         title = f"unclaimed steps by queue in {s.database_label()} (lease lengths need -A)"
     if as_json:
-        echo_json({"transport": transport, "queues": [render.lease_json(r) for r in rows]})
+        queues = [render.lease_json(r, sweep_interval) for r in rows]
+        echo_json({"transport": transport, "queues": queues})
         return
     if rows:
-        render.console().print(render.leases_table(rows, title))
+        render.console().print(render.leases_table(rows, title, sweep_interval))
     else:
         click.echo(
             f"no task step in {s.database_label()} has waited unclaimed longer than "

@@ -119,13 +119,23 @@ def lease_text(step: StepState, now: int) -> str:
 # --- JSON --------------------------------------------------------------------
 
 
-def lease_json(row: QueueRow) -> dict[str, Any]:
-    """One queue's lease for ``leases --json``, with the steps no worker took."""
+def lease_json(row: QueueRow, sweep_interval: float | None = None) -> dict[str, Any]:
+    """One queue's lease for ``leases --json``: the lease and why, what it was
+    chosen from, how often it is renewed, how soon a dead worker's step is
+    taken over (lease + ``sweep_interval``), and the steps no worker took."""
     lease, waiting = row.lease, row.waiting
     return {
         "queue": row.queue,
         "seconds": None if lease is None else lease.seconds,
         "source": None if lease is None else lease.source,
+        "horizon": None if lease is None else lease.horizon,
+        "horizon_source": None if lease is None else lease.horizon_source,
+        "step_lease": None if lease is None else lease.step_lease,
+        "renewal_s": None if lease is None else lease.renewal,
+        "sweep_interval_s": sweep_interval,
+        "takeover_within_s": (
+            None if lease is None or sweep_interval is None else lease.seconds + sweep_interval
+        ),
         "tasks": list(row.tasks),
         "unclaimed_steps": 0 if waiting is None else waiting[0],
         "oldest_unclaimed_s": None if waiting is None else waiting[1] / 1000,
@@ -334,20 +344,35 @@ class QueueRow:
         return self.queue if self.queue is not None else "(the app's default queue)"
 
 
-def leases_table(rows: Sequence[QueueRow], title: str) -> Group:
-    """The ``leases`` table: each queue's step lease, its source, and steps no worker took."""
+def leases_table(
+    rows: Sequence[QueueRow], title: str, sweep_interval: float | None = None
+) -> Group:
+    """The ``leases`` table: each queue's horizon and its source, the step
+    lease and why, its renewal, the worst-case takeover of a dead worker's
+    step (lease + ``sweep_interval``), and steps no worker took."""
     table = Table()
     table.add_column("queue", no_wrap=True)
+    table.add_column("horizon (from)")
     table.add_column("lease", justify="right", no_wrap=True)
-    table.add_column("source")
+    table.add_column("renewed every", justify="right", no_wrap=True)
+    table.add_column("taken over within", justify="right", no_wrap=True)
     table.add_column("tasks routed here")
     table.add_column("unclaimed", justify="right", no_wrap=True)
     for row in rows:
         lease, waiting = row.lease, row.waiting
+        takeover = (
+            "?"
+            if lease is None or sweep_interval is None
+            else f"{lease.seconds + sweep_interval:g} s"
+        )
         table.add_row(
             styled(row.name),
+            styled(
+                "needs -A" if lease is None else f"{lease.horizon:g} s ({lease.horizon_source})"
+            ),
             styled("?" if lease is None else f"{lease.seconds:g} s"),
-            styled("needs -A" if lease is None else lease.source),
+            styled("?" if lease is None else f"{lease.renewal:g} s"),
+            styled(takeover),
             styled(", ".join(row.tasks) or "-"),
             styled(
                 "-"
@@ -356,7 +381,19 @@ def leases_table(rows: Sequence[QueueRow], title: str) -> Group:
                 "bold red" if waiting else "",
             ),
         )
-    return titled(title, table)
+    notes = [
+        Text(f"{row.name}: lease {row.lease.seconds:g} s = {row.lease.source}")
+        for row in rows
+        if row.lease is not None
+    ]
+    if notes and sweep_interval is not None:
+        notes.append(
+            Text(
+                f"a dead worker's step is taken over within lease + sweep interval "
+                f"({sweep_interval:g} s); its lease is renewed at half its length"
+            )
+        )
+    return Group(titled(title, table), *notes)
 
 
 def sweep_table(report: SweepReport) -> Group:

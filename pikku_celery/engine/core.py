@@ -18,11 +18,12 @@ from ..errors import (
     RunSettledError,
     UnknownWorkflowError,
 )
-from ..lease.base import LeaseService
+from ..lease.base import LeaseService, positive_seconds
 from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
 from ..store.base import StoreCapabilities, WorkflowStore
 from ..store.model import JSON, NewRun, RunState
+from ..store.rules import LEASE_BOUND_FACTOR
 from .dispatcher import Dispatcher, EagerDispatch
 from .eager import EAGER_MAX_SECONDS, EAGER_MAX_STEPS, EagerBudget
 from .execute import StepBody, execute_step
@@ -82,6 +83,7 @@ class WorkflowEngine:
         eager_steps: bool = True,
         eager_max_steps: int = EAGER_MAX_STEPS,
         eager_max_seconds: float = EAGER_MAX_SECONDS,
+        max_lease: float | None = None,
     ) -> None:
         if eager_max_steps < 0 or not eager_max_seconds >= 0:
             raise ValueError(
@@ -126,6 +128,30 @@ class WorkflowEngine:
         )
         self._warned_queues: set[str | None] = set()
         self._warn_lock = threading.Lock()
+        self.max_lease = None if max_lease is None else positive_seconds(max_lease, "max_lease")
+        """The longest lease any worker of the fleet grants, in seconds (None: see
+        :meth:`lease_bound_ms`)."""
+        self._lease_bound: tuple[object, int] = (None, 0)
+
+    def lease_bound_ms(self) -> int:
+        """How far ahead of the store's clock any lease of the fleet may end (ms).
+
+        A running step whose lease ends further ahead was never granted it (an
+        edited row, a store clock set back) and counts as lapsed. The bound is
+        the fleet's, never this process's own lease: in a rolling deploy other
+        workers may hold longer leases, and those are live until they end.
+        ``max_lease`` when set, else twice the longest lease the dispatcher
+        knows (:class:`~pikku_celery.Pikku` uses its queues' horizons).
+        """
+        found = self._lease_bound
+        if found[0] is not self.dispatcher:
+            found = self._lease_bound = (self.dispatcher, self._resolve_lease_bound_ms())
+        return found[1]
+
+    def _resolve_lease_bound_ms(self) -> int:
+        if self.max_lease is not None:
+            return round(self.max_lease * 1000)
+        return LEASE_BOUND_FACTOR * self.dispatcher.longest_lease_ms()
 
     def eager_budget(self, lease_ms: int) -> EagerBudget | None:
         """The eager budget of a step message received now from a queue whose

@@ -26,11 +26,12 @@ class Dispatcher(Protocol):
         ...
 
     def lease_ms(self, queue: str | None) -> int:
-        """The step lease on ``queue``: the broker's redelivery horizon."""
+        """The step lease on ``queue``: never beyond the broker's redelivery horizon."""
         ...
 
     def longest_lease_ms(self) -> int:
-        """The longest step lease any queue grants (bounds leases the sweep trusts)."""
+        """The longest step lease any queue grants (the engine's default bound on
+        the leases it trusts is a multiple of it)."""
         ...
 
     def max_countdown(self, queue: str | None) -> float:

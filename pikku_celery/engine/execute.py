@@ -16,7 +16,7 @@ from ..errors import (
 from ..payload import check_json
 from ..retry import RetryPolicy
 from ..store.model import BROKER, EAGER, JSON, AdvanceResult, StepOutcome, StepState, StepStatus
-from ..store.rules import LEASE_BOUND_FACTOR, lease_lapsed
+from ..store.rules import lease_lapsed
 from .eager import EagerOffer, eager_offer
 from .observe import Carrier
 from .orchestrate import advance
@@ -80,13 +80,18 @@ def execute_step(
     claimed_ns = time.time_ns()
     try:
         claimed = engine.store.claim_step(
-            step_id, task_name, engine.worker_id, lease_ms, run_id=run_id
+            step_id,
+            task_name,
+            engine.worker_id,
+            lease_ms,
+            run_id=run_id,
+            bound_ms=engine.lease_bound_ms(),
         )
     except WorkflowStepFunctionMismatchError as exc:
         log.error("refused a step message: %s", exc)
         return None
     if claimed is None:
-        _unclaimed(engine, run_id, step_id, lease_ms)
+        _unclaimed(engine, run_id, step_id)
         return None
     budget = engine.eager_budget(lease_ms)
     step: StepState | None = claimed
@@ -249,7 +254,7 @@ def _run_failed(step: StepState, exc: Exception) -> StepOutcome:
     )
 
 
-def _unclaimed(engine: WorkflowEngine, run_id: str, step_id: str, lease_ms: int) -> None:
+def _unclaimed(engine: WorkflowEngine, run_id: str, step_id: str) -> None:
     """A message that lost the claim: refuse a stale or forged one, expire a
     step whose worker is gone for good. A message that came early for a retry
     is dropped: the retry's own message (or the sweep, once due) sends it."""
@@ -266,12 +271,12 @@ def _unclaimed(engine: WorkflowEngine, run_id: str, step_id: str, lease_ms: int)
             run_id,
         )
         return
-    now = store.now_ms()
+    now, bound_ms = store.now_ms(), engine.lease_bound_ms()
     if (
         step.status == StepStatus.RUNNING
         and step.attempt >= step.max_attempts
-        and lease_lapsed(step.lease_expires_at, now, LEASE_BOUND_FACTOR * lease_ms)
-        and store.expire_step(step.id, LEASE_BOUND_FACTOR * lease_ms)
+        and lease_lapsed(step.lease_expires_at, now, bound_ms)
+        and store.expire_step(step.id, bound_ms)
     ):
         engine.dispatcher.wake_run(step.run_id, reason="lease-expired")
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from ..errors import LeaseLostError, LeaseTakenError
 from ..lease import hold_lease
 from ..store.model import StepKind
-from ..store.rules import LEASE_BOUND_FACTOR
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -64,8 +63,10 @@ def _sweep(engine: WorkflowEngine, limit: int, report: SweepReport) -> None:
     store, dispatcher = engine.store, engine.dispatcher
     backoff_ms = round(engine.sweep_backoff * 1000)
     max_backoff_ms = round(engine.sweep_max_backoff * 1000)
-    # No queue grants a lease beyond this: one that ends later was never granted.
-    bound_ms = LEASE_BOUND_FACTOR * dispatcher.longest_lease_ms()
+    # A lease lapses when its own expiry passes; one ending beyond what any
+    # worker of the fleet grants was never granted (an edited row, a clock
+    # set back) and counts as lapsed too.
+    bound_ms = engine.lease_bound_ms()
 
     def may_touch(run_id: str) -> bool:
         return store.note_swept(run_id, backoff_ms, max_backoff_ms)

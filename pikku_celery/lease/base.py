@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 TTL = float | timedelta
 
@@ -14,6 +15,18 @@ def ttl_seconds(ttl: TTL) -> float:
     seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else float(ttl)
     if not seconds > 0:
         raise ValueError(f"lease ttl must be positive, got {ttl!r}")
+    return seconds
+
+
+def positive_seconds(value: Any, name: str) -> float:
+    """A lease-length setting as seconds, or a ValueError naming it: zero, a
+    negative length or NaN would make every lease look lapsed at once."""
+    try:
+        seconds = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
     return seconds
 
 

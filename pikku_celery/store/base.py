@@ -136,14 +136,17 @@ class WorkflowStore(Protocol):
         lease_ms: int,
         *,
         run_id: str | None = None,
+        bound_ms: int | None = None,
     ) -> StepState | None:
         """Take the step for a new attempt, in one guarded write.
 
         pending/scheduled -> running (attempt + 1); failed with attempts left
         and its retry due, or running with a lapsed lease and attempts left ->
-        running as attempt + 1. A lease ending more than
-        ``LEASE_BOUND_FACTOR * lease_ms`` ahead counts as lapsed (no claim
-        grants that). The lease is written on the store's clock. With
+        running as attempt + 1. A lease lapses when its own expiry passes,
+        whatever ``lease_ms`` (the lease this claim grants) is; one ending
+        beyond ``now + bound_ms`` (the fleet's longest lease: an edited row, a
+        clock set back) counts as lapsed too. The lease is written on the
+        store's clock. With
         ``run_id``, a step of another run is never claimed (a stale or forged
         message). None when someone else owns it or it is settled. Raises
         :class:`WorkflowStepFunctionMismatchError` if ``task_name`` differs

@@ -53,7 +53,6 @@ from .model import (
     StepStatus,
 )
 from .rules import (
-    LEASE_BOUND_FACTOR,
     EncodedStep,
     child_outcome,
     encode_decision,
@@ -280,6 +279,7 @@ class InMemoryWorkflowStore:
         lease_ms: int,
         *,
         run_id: str | None = None,
+        bound_ms: int | None = None,
     ) -> StepState | None:
         with self._lock:
             step = self._steps.get(step_id)
@@ -297,7 +297,7 @@ class InMemoryWorkflowStore:
             )
             lapsed = (
                 step.status == StepStatus.RUNNING
-                and lease_lapsed(step.lease_expires_at, now, LEASE_BOUND_FACTOR * lease_ms)
+                and lease_lapsed(step.lease_expires_at, now, bound_ms)
                 and step.attempt < step.max_attempts
             )
             if step.kind != StepKind.TASK or not (fresh or retry_due or lapsed):

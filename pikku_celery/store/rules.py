@@ -23,7 +23,9 @@ from .model import (
 )
 
 LEASE_BOUND_FACTOR = 2
-"""A lease ending more than this many of its queue's leases ahead counts as lapsed."""
+"""The default fleet bound on leases: this many of the longest lease (or horizon)
+the configuration knows, so a lease granted under a longer setting during a
+rolling deploy is still trusted, and one set further ahead than that is not."""
 
 
 def lease_lapsed(lease_expires_at: int | None, now: int, bound_ms: int | None = None) -> bool:

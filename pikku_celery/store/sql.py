@@ -505,6 +505,7 @@ class SQLWorkflowStore:
         lease_ms: int,
         *,
         run_id: str | None = None,
+        bound_ms: int | None = None,
     ) -> StepState | None:
         params = {
             "p_id": step_id,
@@ -512,6 +513,7 @@ class SQLWorkflowStore:
             "p_task": task_name,
             "p_worker": worker,
             "p_lease_ms": lease_ms,
+            "p_bound_ms": bound_ms,
             "p_claim": new_claim_id(),
         }
         return self._claim(params)

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
 from .model import AttemptStatus, RunStatus, StepKind, StepStatus
-from .rules import LEASE_BOUND_FACTOR, SWEEP_BACKOFF_DOUBLINGS
+from .rules import SWEEP_BACKOFF_DOUBLINGS
 from .schema import attempt_table, run_table, signal_table, step_table
 
 R, S, A, G = run_table, step_table, attempt_table, signal_table
@@ -372,7 +372,8 @@ class Statements:
             ),
             sa.and_(
                 S.c.status == StepStatus.RUNNING.value,
-                _lapsed(S, now, LEASE_BOUND_FACTOR * _p("lease_ms", sa.BigInteger())),
+                # its own expiry, never the claimer's lease length
+                _lapsed(S, now, _p("bound_ms", sa.BigInteger())),
                 S.c.attempt < S.c.max_attempts,
             ),
         )

@@ -107,7 +107,8 @@ def test_a_task_routed_by_exchange_and_routing_key_keeps_its_route(bakery: Baker
     assert message.delivery_info["exchange"] == bakery.exchange
     assert message.delivery_info["routing_key"] == "ovens.slow"
     lease = bakery.pikku.lease_for_queue(step.queue)
-    assert lease.seconds == 600.0 and "x-consumer-timeout" in lease.source
+    assert lease.horizon == 600.0 and "x-consumer-timeout" in lease.horizon_source
+    assert lease.seconds == min(600.0, bakery.pikku.step_lease)
 
 
 def test_routing_options_of_ctx_step_route_and_never_reach_the_task(bakery: Bakery) -> None:
@@ -149,7 +150,7 @@ def test_leases_lists_a_task_under_the_queue_its_route_reaches(
 
     queues = {q["queue"]: q for q in json.loads(result.output)["queues"]}
     assert "shop.slow_hot" in queues[bakery.ovens.name]["tasks"]
-    assert queues[bakery.ovens.name]["seconds"] == 600.0
+    assert queues[bakery.ovens.name]["horizon"] == 600.0
     assert "shop.slow_hot" not in queues[bakery.default.name]["tasks"]
 
 
@@ -194,6 +195,7 @@ def test_a_task_s_own_queue_routes_its_steps_as_apply_async_routes_the_task() ->
         app,
         store=InMemoryWorkflowStore(),
         queue_leases={"ovens": 120, "celery": 30},
+        step_lease=300,
         install_beat=False,
     )
     assert pikku.dispatcher.task_queue("own.bake") == "ovens"

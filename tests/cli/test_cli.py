@@ -384,29 +384,44 @@ def test_sweep_without_once_repeats_until_interrupted(
     assert pauses == [0.5, 0.5] and result.output.count('"total"') == 2
 
 
-def test_leases_names_each_queue_its_lease_and_its_source(cliapp: Any) -> None:
+def test_leases_names_each_queue_its_lease_and_why(cliapp: Any) -> None:
     leases = ok_json(*A, "leases")
     assert leases["transport"] == "memory"
     queues = {q["queue"]: q for q in leases["queues"]}
     assert set(queues) == {"celery", "shipping"}
+    sweep = cliapp.pikku.sweep_interval
     assert queues["shipping"] == {
         "queue": "shipping",
         "seconds": 45.0,
-        "source": "pikku queue_leases",
+        "source": "min of pikku queue_leases 45 s and step_lease 60 s",
+        "horizon": 45.0,
+        "horizon_source": "pikku queue_leases",
+        "step_lease": 60.0,
+        "renewal_s": 22.5,
+        "sweep_interval_s": sweep,
+        "takeover_within_s": 45.0 + sweep,
         "tasks": ["cliapp.ship"],
         "unclaimed_steps": 0,
         "oldest_unclaimed_s": None,
     }
-    assert queues["celery"]["seconds"] == 300.0 and queues["celery"]["source"] == "pikku's default"
+    celery = queues["celery"]
+    assert (celery["horizon"], celery["horizon_source"]) == (300.0, "pikku's default horizon")
+    assert celery["seconds"] == 60.0 and celery["renewal_s"] == 30.0
+    assert celery["source"] == "min of pikku's default horizon 300 s and step_lease 60 s"
+    assert celery["takeover_within_s"] == 60.0 + sweep
     # Every task the app knows, shared tasks of installed libraries too.
     assert {"cliapp.add", "cliapp.flaky"} <= set(queues["celery"]["tasks"])
     assert "cliapp.ship" not in queues["celery"]["tasks"]
 
-    human = cli(*A, "leases")
+    human = cli(*A, "leases", env={"COLUMNS": "250"})
     assert human.exit_code == 0
     shipping = next(line for line in human.output.splitlines() if "shipping" in line)
-    assert "45 s" in shipping and "pikku queue_leases" in shipping and "cliapp.ship" in shipping
-    assert "300 s" in human.output and "transport: memory" in human.output
+    assert "45 s (pikku queue_leases)" in shipping and "cliapp.ship" in shipping
+    assert f"{45 + sweep:g} s" in shipping and "22.5 s" in shipping
+    assert "celery: lease 60 s = min of pikku's default horizon 300 s and step_lease 60 s" in (
+        human.output
+    )
+    assert "transport: memory" in human.output
 
 
 def test_leases_names_a_queue_whose_steps_no_worker_claims(cliapp: Any) -> None:
@@ -671,7 +686,7 @@ def test_leases_of_the_database_url_with_and_without_the_app(cliapp: Any, other:
 
     # With -A: the app's queues and leases, the URL's unclaimed steps.
     queues = {q["queue"]: q for q in ok_json(*A, "leases", *url)["queues"]}
-    assert (queues["celery"]["seconds"], queues["celery"]["unclaimed_steps"]) == (300.0, 1)
+    assert (queues["celery"]["horizon"], queues["celery"]["unclaimed_steps"]) == (300.0, 1)
     assert (queues["shipping"]["seconds"], queues["shipping"]["unclaimed_steps"]) == (45.0, 0)
     assert {q["queue"]: q["unclaimed_steps"] for q in ok_json(*A, "leases")["queues"]} == {
         "celery": 0,
@@ -696,6 +711,12 @@ def test_leases_of_the_database_url_with_and_without_the_app(cliapp: Any, other:
         "queue": "celery",
         "seconds": None,
         "source": None,
+        "horizon": None,
+        "horizon_source": None,
+        "step_lease": None,
+        "renewal_s": None,
+        "sweep_interval_s": None,
+        "takeover_within_s": None,
         "tasks": [],
         "unclaimed_steps": 1,
     }

@@ -202,6 +202,23 @@ def test_pikku_from_settings_uses_the_databases_alias_and_passes_options() -> No
         pikku.sql_engine.dispose()
 
 
+def test_step_lease_and_max_lease_come_from_options_and_a_bad_one_is_named() -> None:
+    options = {"step_lease": 20, "max_lease": 900, "install_beat": False}
+    conf = {"CELERY_APP": "tests.contrib.support:celery_app", "OPTIONS": options}
+    with override_settings(PIKKU_CELERY=conf):
+        app = Celery("leases", broker="redis://", set_as_current=False)
+        pikku = pikku_from_settings(app)
+        lease = pikku.lease_for_queue()
+        assert (lease.horizon, lease.step_lease, lease.seconds) == (3600.0, 20.0, 20.0)
+        assert pikku.lease_bound_ms() == 900_000
+        assert pikku.sql_engine is not None
+        pikku.sql_engine.dispose()
+    bad = {"CELERY_APP": "tests.contrib.support:celery_app", "OPTIONS": {"step_lease": 0}}
+    refused = pytest.raises(ImproperlyConfigured, match=r"OPTIONS'\]: step_lease must be a pos")
+    with override_settings(PIKKU_CELERY=bad), refused:
+        pikku_from_settings(Celery("bad", broker="redis://", set_as_current=False))
+
+
 def test_get_pikku_builds_once_from_celery_app_and_an_explicit_url() -> None:
     url = f"sqlite:///{DJANGO_DIR / 'explicit.db'}"
     conf = {"CELERY_APP": "tests.contrib.support.celery_app", "DATABASE_URL": url}

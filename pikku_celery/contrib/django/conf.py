@@ -6,7 +6,7 @@
         "CELERY_APP": "proj.celery.app",  # dotted path (or "module:attr") to the Celery app
         "DATABASE_URL": None,             # default: built from DATABASES[DATABASE]
         "DATABASE": "default",            # the DATABASES alias to build it from
-        "OPTIONS": {"sweep_interval": 30.0},  # passed to Pikku(...) as keywords
+        "OPTIONS": {"step_lease": 60.0},  # passed to Pikku(...) as keywords
         "MIGRATE": True,                  # manage.py migrate makes pikku's tables too
     }
 
@@ -262,8 +262,6 @@ def pikku_from_settings(app: Celery | None = None) -> Pikku:
     Builds; never caches. A Celery app should carry one Pikku, so most code
     wants :func:`get_pikku` instead.
     """
-    from ...celery.integration import Pikku
-
     conf = pikku_settings()
     if app is None:
         if conf["CELERY_APP"] is None:
@@ -273,12 +271,23 @@ def pikku_from_settings(app: Celery | None = None) -> Pikku:
     options.setdefault("upgrade_command", DJANGO_UPGRADE_COMMAND)
     if "store" in options or "engine" in options:
         # A store or engine given in OPTIONS says where the runs live.
-        return Pikku(app, conf["DATABASE_URL"], **options)
+        return _build(app, conf["DATABASE_URL"], options)
     if conf["DATABASE_URL"]:
-        return Pikku(app, str(conf["DATABASE_URL"]), **options)
+        return _build(app, str(conf["DATABASE_URL"]), options)
     alias = str(conf["DATABASE"])
     engine = follow_django_database(make_engine(database_url_for_alias(alias)), alias)
-    return Pikku(app, engine=engine, **options)
+    return _build(app, None, {**options, "engine": engine})
+
+
+def _build(app: Celery, url: str | None, options: dict[str, Any]) -> Pikku:
+    """``Pikku(app, url, **options)``; a setting it refuses (``step_lease``
+    of zero, say) is a Django configuration error naming OPTIONS."""
+    from ...celery.integration import Pikku
+
+    try:
+        return Pikku(app, url, **options)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"settings.{SETTING}['OPTIONS']: {exc}") from exc
 
 
 DJANGO_UPGRADE_COMMAND = "python manage.py pikku_celery db upgrade"
