@@ -25,6 +25,7 @@ from ..errors import (
     PikkuError,
     WorkflowStepFunctionMismatchError,
 )
+from ..extras import broker_check_on_worker_start
 from ..lease.base import LeaseService
 from ..names import check_id
 from ..sql.engines import make_engine
@@ -122,6 +123,7 @@ class Pikku(WorkflowEngine):
             self._install_beat()
         signals.worker_process_init.connect(self._after_fork, weak=False)
         signals.worker_ready.connect(self._check_store, weak=False)
+        signals.celeryd_init.connect(broker_check_on_worker_start(app), weak=False)
 
     # --- public helpers ------------------------------------------------------
     def lease_for_queue(self, queue: str | None = None) -> QueueLease:
