@@ -137,7 +137,7 @@ class Pikku(WorkflowEngine):
         runs; each node then runs as a step of it. Refused at once, nothing
         stored: an unknown task, arguments that are not JSON, an unsupported
         option, a link cycle, a chord with an empty header, a canvas above
-        ``max_input_bytes``. See the README's "Durable canvas".
+        ``max_input_bytes``. See the "Durable canvas" guide (docs/guide/canvas.md).
         """
         return start_canvas(self, signature, idempotency_key)
 
