@@ -1,4 +1,5 @@
-"""Run README.md's ``python`` snippets for real; print what they did as JSON.
+"""Run the ``python`` snippets of README.md and the docs pages for real; print
+what they did as JSON.
 
     python -m tests.readme_snippets SCENARIO SCRATCH_DIR
 
@@ -7,7 +8,9 @@ a Celery app that becomes the current app, define shared ``@app.task``s that
 every later app in the process would pick up, and (for Django) configure
 settings once per process. None of that may leak into the test session.
 
-The snippets run as written, in README order in one namespace (each section
+The snippets live in README.md and in ``docs/**/*.md`` (the documentation
+site); a snippet shown in both places must be the same text, so both are the
+tested one. They run as written, in one namespace (each section
 builds on the tutorial's ``app``, ``pikku`` and ``fulfil_order``), with only
 these changes, each checked to still apply: the broker becomes ``memory://``
 with an in-process Celery worker, the PostgreSQL URL an SQLite file, and the
@@ -40,6 +43,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 # The README's blocks, told apart by a line each contains.
 BLOCKS = {
@@ -68,17 +72,42 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
 
 
-def named_blocks(text: str) -> dict[str, str]:
-    """Each python block under its name in :data:`BLOCKS`; an unknown block is an error."""
+def sources() -> list[Path]:
+    """The README and every page of the documentation site."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def all_blocks() -> list[tuple[str, str]]:
+    """Every python block of :func:`sources`, with the file it is in."""
+    return [
+        (str(path.relative_to(ROOT)), block)
+        for path in sources()
+        for block in python_blocks(path.read_text())
+    ]
+
+
+def named_blocks(blocks: list[tuple[str, str]] | None = None) -> dict[str, str]:
+    """Each python block under its name in :data:`BLOCKS`.
+
+    A block no scenario runs is an error, and so are two copies of one
+    snippet (the README's and a page's) that differ.
+    """
     named: dict[str, str] = {}
-    for block in python_blocks(text):
+    found_in: dict[str, str] = {}
+    for where, block in all_blocks() if blocks is None else blocks:
         names = [name for name, marker in BLOCKS.items() if marker in block]
         if len(names) != 1:
             raise LookupError(
-                f"README block matches {names or 'no known snippet'}; teach "
+                f"{where}: a block matches {names or 'no known snippet'}; teach "
                 f"tests/readme_snippets.py to run it:\n{block}"
             )
-        named[names[0]] = block
+        name = names[0]
+        if name in named and named[name] != block:
+            raise LookupError(
+                f"the {name!r} snippet differs between {found_in[name]} and {where}: "
+                "keep the copies identical (one of them is tested)"
+            )
+        named[name], found_in[name] = block, found_in.get(name, where)
     return named
 
 
@@ -92,8 +121,8 @@ def substitute(block: str, replacements: dict[str, str]) -> str:
 
 
 def run_block(source: str, name: str, namespace: Namespace) -> None:
-    """Execute one snippet in ``namespace``; tracebacks point at ``README.md:<name>``."""
-    exec(compile(source, f"README.md:{name}", "exec"), namespace)
+    """Execute one snippet in ``namespace``; tracebacks point at ``snippet:<name>``."""
+    exec(compile(source, f"snippet:{name}", "exec"), namespace)
 
 
 def tutorial(blocks: dict[str, str], scratch: Path) -> Namespace:
@@ -584,9 +613,9 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
 
 
 def main(argv: list[str]) -> None:
-    """Run one scenario against the README as it is now; print its report as JSON."""
+    """Run one scenario against the README and docs as they are now; print its report."""
     scenario, scratch = argv
-    blocks = named_blocks(README.read_text())
+    blocks = named_blocks()
     report = SCENARIOS[scenario](blocks, Path(scratch))
     print(json.dumps(report, default=str))
 

@@ -1,23 +1,28 @@
-"""README.md's python snippets are current, working API (issue 6, must-show 5).
+"""The python snippets of README.md and the docs pages are current, working
+API (issue 6, must-show 5), and the README links into the docs (issue 27).
 
 Each scenario runs the snippets for real in a process of its own (see
 ``tests/readme_snippets.py`` for why and for the few substitutions): the
 tutorial's workflow completes on an in-process Celery worker, the
 transactional step's insert lands, the Django settings pass the system check
 and ``start_on_commit`` starts nothing on rollback, and the Flask blueprint
-answers. A new python block in the README fails here until it is taught.
+answers. A new python block in the README or in ``docs/`` fails here until
+it is taught.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.readme_snippets import BLOCKS, README, ROOT, named_blocks, python_blocks
+import pytest
+
+from tests.readme_snippets import BLOCKS, DOCS, README, ROOT, all_blocks, named_blocks
 
 
 def run_scenario(scenario: str, scratch: Path) -> dict[str, Any]:
@@ -36,15 +41,39 @@ def run_scenario(scenario: str, scratch: Path) -> dict[str, Any]:
     return report
 
 
-def test_every_python_block_of_the_readme_is_run_here() -> None:
-    text = README.read_text()
-    blocks = named_blocks(text)  # raises on a block no scenario runs
+def test_every_python_block_of_the_readme_and_the_docs_is_run_here() -> None:
+    blocks = named_blocks()  # raises on a block no scenario runs, or copies that differ
     assert sorted(blocks) == sorted(BLOCKS)
-    assert len(python_blocks(text)) == len(BLOCKS)
+    assert {block for _where, block in all_blocks()} == set(blocks.values())
+
+
+def test_the_readme_s_short_example_is_the_tested_tutorial() -> None:
+    """The front page shows the tutorial and its start, as the docs do (the
+    copies cannot differ: :func:`named_blocks` refuses that)."""
+    readme = named_blocks([(where, b) for where, b in all_blocks() if where == "README.md"])
+    assert sorted(readme) == ["start", "tutorial"]
+
+
+def test_copies_of_a_snippet_that_differ_are_refused() -> None:
+    tutorial = named_blocks()["tutorial"]
+    edited = tutorial.replace("retries=3", "retries=4")
+    assert edited != tutorial
+    with pytest.raises(LookupError, match=r"differs between README.md and docs/guide/x.md"):
+        named_blocks([("README.md", tutorial), ("docs/guide/x.md", edited)])
+
+
+def test_the_readme_links_into_every_guide_of_the_docs() -> None:
+    text = README.read_text()
+    targets = re.findall(r"\]\((docs/[^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets, "the README links into no docs page"
+    missing = [t for t in targets if not (ROOT / t).is_file()]
+    assert not missing, f"README links to missing pages: {missing}"
+    guides = {p.relative_to(ROOT).as_posix() for p in (DOCS / "guide").glob("*.md")}
+    assert guides - set(targets) == set(), "guides the README does not link to"
 
 
 def test_transactional_goes_above_app_task() -> None:
-    lines = named_blocks(README.read_text())["transactional"].splitlines()
+    lines = named_blocks()["transactional"].splitlines()
     assert lines.index("@transactional  # above @app.task") + 1 == lines.index("@app.task")
 
 

@@ -25,6 +25,7 @@ from ..errors import (
     PikkuError,
     WorkflowStepFunctionMismatchError,
 )
+from ..extras import broker_check_on_worker_start
 from ..lease.base import LeaseService, positive_seconds
 from ..names import check_id
 from ..sql.engines import make_engine
@@ -145,6 +146,7 @@ class Pikku(WorkflowEngine):
             self._install_beat()
         signals.worker_process_init.connect(self._after_fork, weak=False)
         signals.worker_ready.connect(self._check_store, weak=False)
+        signals.celeryd_init.connect(broker_check_on_worker_start(app), weak=False)
 
     # --- public helpers ------------------------------------------------------
     def lease_for_queue(self, queue: str | None = None) -> QueueLease:
@@ -177,7 +179,7 @@ class Pikku(WorkflowEngine):
         runs; each node then runs as a step of it. Refused at once, nothing
         stored: an unknown task, arguments that are not JSON, an unsupported
         option, a link cycle, a chord with an empty header, a canvas above
-        ``max_input_bytes``. See the README's "Durable canvas".
+        ``max_input_bytes``. See the "Durable canvas" guide (docs/guide/canvas.md).
         """
         return start_canvas(self, signature, idempotency_key)
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 StepBody = Callable[[StepState], Any]
 
 # A message may run this many of its run's steps eagerly, for at most this
-# long (the README's "Eager steps" says why these defaults).
+# long (docs/guide/concepts.md, "Eager steps", says why these defaults).
 EAGER_MAX_STEPS = 50
 EAGER_MAX_SECONDS = 10.0
 

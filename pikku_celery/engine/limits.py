@@ -2,8 +2,8 @@
 
 A body is ordinary Python, replayed on every pass: a bug that records steps in
 a loop, spawns children recursively or never suspends would otherwise fill the
-database or hold a worker forever. Each bound has a default (see the README's
-"Limits") and is set on ``Pikku(...)`` / ``WorkflowEngine(...)`` by its name.
+database or hold a worker forever. Each bound has a default (see "Limits" in
+docs/guide/workflows.md) and is set on ``Pikku(...)`` / ``WorkflowEngine(...)`` by its name.
 """
 
 from __future__ import annotations

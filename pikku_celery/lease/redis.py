@@ -37,9 +37,14 @@ import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
-from redis.connection import BlockingConnectionPool, ConnectionPool
-from redis.exceptions import NoScriptError
+from ..extras import MissingExtraError
+
+try:
+    import redis
+    from redis.connection import BlockingConnectionPool, ConnectionPool
+    from redis.exceptions import NoScriptError
+except ImportError as exc:
+    raise MissingExtraError("RedisLeaseService", "redis", exc.name) from None
 
 from .base import TTL, Lease, ttl_millis
 

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from ..errors import StoreError
+from ..extras import extra_for, install_hint
 
 
 def now_ms_sql(dialect_name: str) -> str:
@@ -136,6 +137,8 @@ def make_engine(url: str, **kwargs: Any) -> sa.Engine:
                 return _pymysql_engine(url, **kwargs)
         return sa.create_engine(url, **kwargs)
     except (sa.exc.NoSuchModuleError, ImportError) as exc:
+        extra = extra_for(exc) if isinstance(exc, ImportError) else None
+        why = f"{exc}: {install_hint(extra)}" if extra else str(exc)
         raise StoreError(
-            f"cannot open the workflow database {u.render_as_string(hide_password=True)}: {exc}"
+            f"cannot open the workflow database {u.render_as_string(hide_password=True)}: {why}"
         ) from None
