@@ -62,6 +62,7 @@ BLOCKS = {
     "versions": '@pikku.workflow(name="refund", version="2")',
     "canvas": "pikku.durable(canvas",
     "pytest_celery": "celery_setup_pikku_installers",
+    "leases": "step_lease=60.0,",
 }
 
 Namespace = dict[str, Any]
@@ -596,6 +597,17 @@ def scenario_pytest_celery(blocks: dict[str, str], scratch: Path) -> dict[str, A
     return {"returncode": done.returncode, "output": (done.stdout + done.stderr)[-4000:]}
 
 
+def scenario_leases(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The leases page's settings on the tutorial's app (its memory:// broker
+    has no visibility timeout: the default horizon): each queue's lease."""
+    namespace = tutorial(blocks, scratch)
+    namespace["database_url"] = f"sqlite:///{scratch / 'leases.db'}"
+    run_block(blocks["leases"], "leases", namespace)
+    pikku = namespace["pikku"]
+    leases = {q: pikku.lease_for_queue(q) for q in ("reports", "celery")}
+    return {q: {"seconds": lease.seconds, "horizon": lease.horizon} for q, lease in leases.items()}
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "handles": scenario_handles,
@@ -609,6 +621,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "versioning": scenario_versioning,
     "canvas": scenario_canvas,
     "pytest_celery": scenario_pytest_celery,
+    "leases": scenario_leases,
 }
 
 

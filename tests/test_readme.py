@@ -190,6 +190,14 @@ def test_the_versioning_blocks_patch_and_pin(tmp_path: Path) -> None:
     assert report["check"] == {"checked": 2, "ok": True}
 
 
+def test_the_leases_block_keeps_every_lease_within_step_lease_and_its_horizon(
+    tmp_path: Path,
+) -> None:
+    report = run_scenario("leases", tmp_path)
+    assert report["reports"] == {"seconds": 60.0, "horizon": 900.0}  # min(900, step_lease)
+    assert report["celery"] == {"seconds": 60.0, "horizon": 300.0}  # default_lease
+
+
 def test_the_durable_canvas_block_runs_its_chain_and_chord(tmp_path: Path) -> None:
     report = run_scenario("canvas", tmp_path)
     assert report["printed"] == [
