@@ -88,6 +88,11 @@ class RunSettledError(StoreError):
     """The run has ended; it takes no more signals or changes."""
 
 
+class SignalAlreadySentError(StoreError):
+    """The run already has a signal of this name with another payload; the
+    first one stands (a resend of the same payload is accepted)."""
+
+
 class InvalidIdError(PikkuError, ValueError):
     """An id (of a run or a step) that is not a UUID: refused before any lookup."""
 

@@ -16,6 +16,7 @@ import click
 
 from ..celery.queues import transport_name
 from ..engine.core import WorkflowEngine
+from ..payload import parse_json
 from . import render
 from .common import (
     RUN_ID,
@@ -45,7 +46,7 @@ class JsonPayloadType(ParamTypeBase):
         if not isinstance(value, str):
             return value
         try:
-            return json.loads(value)
+            return parse_json(value)
         except json.JSONDecodeError as exc:
             self.fail(
                 f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): {value!r}; "
@@ -53,6 +54,8 @@ class JsonPayloadType(ParamTypeBase):
                 param,
                 ctx,
             )
+        except ValueError as exc:  # nested too deep to decode
+            self.fail(f"not valid JSON: {exc}", param, ctx)
 
 
 @click.command("signal")
@@ -65,9 +68,10 @@ class JsonPayloadType(ParamTypeBase):
 def signal(run_id: str, name: str, payload: Any, as_json: bool) -> None:
     """Send signal NAME with a JSON payload to a run.
 
-    The payload defaults to null. The first signal of a name wins; the run's
-    next pass sees it. That pass is started by a message sent through your
-    Celery app: -A is needed even with --database-url.
+    The payload defaults to null. A name is delivered once: the same payload
+    again is a no-op, another payload is refused. The run's next pass sees
+    it. That pass is started by a message sent through your Celery app: -A is
+    needed even with --database-url.
     """
     pikku = state().workflows(
         "the run's next pass, which sees the signal, is started by a message sent "

@@ -68,7 +68,6 @@ CSRF checks in front.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -78,6 +77,7 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from ..engine.core import WorkflowEngine, parse_run_id
+from ..payload import parse_json
 from ..web.api import ENVELOPE_BYTES, ERRORS, ApiError, RunApi, error_answer
 from ..web.flask_routes import TREES as RUN_PAGE_TREES
 from ..web.flask_routes import add_run_page, respond
@@ -189,7 +189,7 @@ def _json_body(limit: int) -> Any:
             f"(got {request.mimetype or 'no content type'})",
         )
     try:
-        return json.loads(raw)
+        return parse_json(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         _fail(400, "invalid_json", f"the request body is not valid JSON: {exc}")
 

@@ -301,8 +301,9 @@ class Context:
         step = self._reach(name, StepKind.TASK)
         if step is None:
             task_name = self._resolve_task(task)
-            check_json(list(args), f"step {name!r}", "args")
-            check_json(kwargs, f"step {name!r}", "kwargs")
+            depth = self._limits.max_payload_depth
+            check_json(list(args), f"step {name!r}", "args", depth)
+            check_json(kwargs, f"step {name!r}", "kwargs", depth)
             route = _route_options(name, queue, exchange, routing_key, priority)
             routed = self._task_queue(task_name, route) if route else self._task_queue(task_name)
             self._record(
@@ -496,7 +497,7 @@ class Context:
                 )
             self._children += 1
             wf = self._lookup_workflow(workflow)
-            check_json(input, f"child step {name!r}", "input")
+            check_json(input, f"child step {name!r}", "input", self._limits.max_payload_depth)
             self._record(
                 NewStep(
                     name,

@@ -80,6 +80,8 @@ class WorkflowEngine:
         max_child_depth: int = Limits.max_child_depth,
         pass_max_seconds: float = Limits.pass_max_seconds,
         pass_max_calls: int = Limits.pass_max_calls,
+        max_payload_depth: int = Limits.max_payload_depth,
+        max_result_bytes: int = Limits.max_result_bytes,
         eager_steps: bool = True,
         eager_max_steps: int = EAGER_MAX_STEPS,
         eager_max_seconds: float = EAGER_MAX_SECONDS,
@@ -125,7 +127,10 @@ class WorkflowEngine:
             max_child_depth=max_child_depth,
             pass_max_seconds=pass_max_seconds,
             pass_max_calls=pass_max_calls,
+            max_payload_depth=max_payload_depth,
+            max_result_bytes=max_result_bytes,
         )
+        self._result_limit: tuple[int, str] | None = None
         self._warned_queues: set[str | None] = set()
         self._warn_lock = threading.Lock()
         self.max_lease = None if max_lease is None else positive_seconds(max_lease, "max_lease")
@@ -300,7 +305,7 @@ class WorkflowEngine:
             )
         if idempotency_key is not None:
             check_name(idempotency_key, "idempotency_key")
-        text = dumps(input, f"workflow {wf.name!r}", "input", self.max_input_bytes)
+        text = self.check_input(input, f"workflow {wf.name!r}", "input")
         with self.observers.starting(wf.name) as starting:
             new = NewRun(
                 workflow=wf.name,
@@ -324,14 +329,38 @@ class WorkflowEngine:
             raise IdempotencyKeyReusedError(wf.name, idempotency_key, run.id)
         return RunHandle(self, run.id)
 
+    def check_input(self, value: JSON, where: str, path: str) -> str:
+        """``value`` as stored JSON, refused (naming the limit) if it is not
+        JSON, larger than ``max_input_bytes`` or nested deeper than
+        ``max_payload_depth``: what anyone outside a run may hand it."""
+        return dumps(value, where, path, self.max_input_bytes, self.limits.max_payload_depth)
+
+    def result_limit(self) -> tuple[int, str]:
+        """The largest step result this engine's store takes, and the setting
+        that sets it: ``max_result_bytes``, or the store's own ceiling when lower."""
+        if self._result_limit is None:
+            limit = (self.limits.max_result_bytes, "max_result_bytes")
+            values = self._capabilities.values
+            try:
+                ceiling = values.max_value_bytes() if values is not None else None
+            except Exception as exc:  # the store is away: ask again next time
+                log.warning("could not read the store's largest value: %s", exc)
+                return limit
+            if ceiling is not None and ceiling[0] < limit[0]:
+                limit = ceiling
+            self._result_limit = limit
+        return self._result_limit
+
     def handle(self, run_id: str) -> RunHandle[Any]:
         """A :class:`RunHandle` for a run id (checked to be a run id, not looked up)."""
         return RunHandle(self, parse_run_id(run_id))
 
     def send_signal(self, run_id: str, name: str, payload: JSON = None) -> RunState:
-        """Deliver a signal; the run's next pass sees it. A settled run refuses it."""
+        """Deliver a signal; the run's next pass sees it. A settled run refuses
+        it; a name already sent with another payload raises
+        :class:`SignalAlreadySentError` (the same payload again is a no-op)."""
         check_name(name, "signal name", MAX_SIGNAL_NAME_LENGTH)
-        dumps(payload, f"signal {name!r}", "payload", self.max_input_bytes)
+        self.check_input(payload, f"signal {name!r}", "payload")
         run = self.store.send_signal(parse_run_id(run_id), name, payload)
         self.dispatcher.wake_run(run.id, reason="signal")
         return run

@@ -13,7 +13,7 @@ from ..errors import (
     WorkflowStepFunctionMismatchError,
     WorkflowStepSupersededError,
 )
-from ..payload import check_json
+from ..payload import dumps
 from ..retry import RetryPolicy
 from ..store.model import BROKER, EAGER, JSON, AdvanceResult, StepOutcome, StepState, StepStatus
 from ..store.rules import lease_lapsed
@@ -135,7 +135,7 @@ def _attempt(
                 if _wants_transaction(body, step):
                     outcome, committed = _run_in_transaction(engine, step, body)
                 else:
-                    outcome, committed = _run_body(step, body), False
+                    outcome, committed = _run_body(engine, step, body), False
             except WorkflowStepSupersededError as exc:
                 log.warning(
                     "refused a superseded transactional step; its writes rolled back: %s", exc
@@ -224,13 +224,21 @@ def _run_in_transaction(
     return _outcome(step, ok=True, result=result), True
 
 
-def _run_body(step: StepState, body: StepBody) -> StepOutcome:
+def _run_body(engine: WorkflowEngine, step: StepState, body: StepBody) -> StepOutcome:
     try:
         result = body(step)
-        check_json(result, f"step {step.name!r}", "result")
+        check_result(engine, step, result)
     except Exception as exc:
         return _run_failed(step, exc)
     return _outcome(step, ok=True, result=result)
+
+
+def check_result(engine: WorkflowEngine, step: StepState, result: Any) -> None:
+    """Refuse, at the step, a result the store could not take: not JSON, nested
+    too deep, or larger than the engine's or the database's limit (which would
+    otherwise fail the outcome's write, over and over, as if the store were down)."""
+    limit, setting = engine.result_limit()
+    dumps(result, f"step {step.name!r}", "result", limit, engine.limits.max_payload_depth, setting)
 
 
 def _outcome(step: StepState, **fields: Any) -> StepOutcome:

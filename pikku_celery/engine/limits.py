@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..payload import DEFAULT_MAX_DEPTH
+
+MAX_PAYLOAD_DEPTH_CEILING = 500
+"""The deepest nesting the checks themselves can walk (they recurse)."""
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -30,13 +35,31 @@ class Limits:
     pass_max_calls: int = 100_000
     """``ctx`` calls one replay pass may make before the run fails."""
 
+    max_payload_depth: int = DEFAULT_MAX_DEPTH
+    """How deeply lists and objects may nest in an input, signal payload, step
+    argument, step result or output."""
+
+    max_result_bytes: int = 10_000_000
+    """The largest step result, as compact JSON (the store's own ceiling may be lower)."""
+
     def __post_init__(self) -> None:
-        for name in ("max_steps_per_run", "max_children_per_run", "pass_max_calls"):
+        for name in (
+            "max_steps_per_run",
+            "max_children_per_run",
+            "pass_max_calls",
+            "max_result_bytes",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if not isinstance(self.max_child_depth, int) or self.max_child_depth < 0:
             raise ValueError(f"max_child_depth must be an int >= 0, got {self.max_child_depth!r}")
+        depth = self.max_payload_depth
+        if not isinstance(depth, int) or not 1 <= depth <= MAX_PAYLOAD_DEPTH_CEILING:
+            raise ValueError(
+                f"max_payload_depth must be an int from 1 to {MAX_PAYLOAD_DEPTH_CEILING}, "
+                f"got {depth!r}"
+            )
         if not self.pass_max_seconds > 0:
             raise ValueError(f"pass_max_seconds must be > 0, got {self.pass_max_seconds!r}")
 

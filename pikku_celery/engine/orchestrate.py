@@ -140,16 +140,15 @@ def _fail_run(
 
 
 def check_readable(view: RunView) -> None:
-    """Refuse to replay over a stored value that is not JSON (an edited row),
-    naming its run, step and column, rather than hand the body a stand-in."""
-    run = view.run
-    for value in (run.input,):
+    """Refuse to replay over a stored value that is not JSON (an edited row, or
+    one nested too deep to decode), naming its run, step and column, rather
+    than hand the body a stand-in."""
+    values: list[object] = [view.run.input, *view.signals.values()]
+    for step in view.steps:
+        values += (step.result, step.error, step.args, step.kwargs)
+    for value in values:
         if isinstance(value, UnreadableValue):
             raise CorruptValueError(f"{value.where} holds invalid JSON {value.text[:200]!r}")
-    for step in view.steps:
-        for value in (step.result, step.error, step.args, step.kwargs):
-            if isinstance(value, UnreadableValue):
-                raise CorruptValueError(f"{value.where} holds invalid JSON {value.text[:200]!r}")
 
 
 def publish(

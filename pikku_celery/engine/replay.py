@@ -80,7 +80,8 @@ def replay(
         return decision
     decision, _ = pass_state(ctx)
     try:
-        check_json(output, f"workflow {workflow.name!r}", "output")
+        depth = (limits or Limits()).max_payload_depth
+        check_json(output, f"workflow {workflow.name!r}", "output", depth)
     except PayloadError as exc:
         decision.run_status = RunStatus.FAILED
         decision.error = error_info(exc)

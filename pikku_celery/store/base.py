@@ -69,8 +69,10 @@ class WorkflowStore(Protocol):
         ...
 
     def send_signal(self, run_id: str, name: str, payload: JSON) -> RunState:
-        """Record a signal for the run (first one of a name wins) and bump its
-        version so the next pass sees it. Raises on an unknown run."""
+        """Record a signal for the run and bump its version so the next pass
+        sees it. The first one of a name stands: the same payload again is
+        taken (and bumps the version), another raises
+        :class:`SignalAlreadySentError`. Raises on an unknown run."""
         ...
 
     def retry_run(self, run_id: str) -> RunState:
@@ -320,6 +322,17 @@ class RunStarts(Protocol):
         ...
 
 
+@runtime_checkable
+class ValueCeiling(Protocol):
+    """A store whose database refuses values above a size of its own."""
+
+    def max_value_bytes(self) -> tuple[int, str] | None:
+        """The largest JSON value one outcome write can carry, and what sets
+        it (a server setting a user can raise); None when nothing lower than
+        the engine's own limits applies."""
+        ...
+
+
 class StoreCapabilities:
     """What a store can do beyond the port, found once from its type."""
 
@@ -329,3 +342,4 @@ class StoreCapabilities:
         self.transient = store if isinstance(store, TransientErrors) else None
         self.transactional = store if isinstance(store, TransactionalSteps) else None
         self.settle = store if isinstance(store, SettleNotices) else None
+        self.values = store if isinstance(store, ValueCeiling) else None

@@ -54,6 +54,7 @@ from .model import (
 )
 from .rules import (
     EncodedStep,
+    check_resent,
     child_outcome,
     encode_decision,
     lease_expired_error,
@@ -160,7 +161,10 @@ class InMemoryWorkflowStore:
             run = self._run(run_id)
             if run.status.terminal:
                 raise RunSettledError(f"workflow run {run_id} is {run.status}; it takes no signals")
-            self._signals[run_id].setdefault(name, value)
+            signals = self._signals[run_id]
+            if name in signals:
+                check_resent(run_id, name, signals[name], value)
+            signals.setdefault(name, value)
             return self._touch_run(run)
 
     def retry_run(self, run_id: str) -> RunState:

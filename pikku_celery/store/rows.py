@@ -30,6 +30,7 @@ STEP_COLUMNS = tuple(c.name for c in step_table.c)
 # Where a stored value that is not JSON sits (payload.read_stored formats it
 # only for such a value).
 _RUN_COLUMN = "run {} column {}"
+SIGNAL_PLACE = "run {} signal {!r} payload"
 _STEP_COLUMN = "run {} step {!r} column {}"
 _ATTEMPT_COLUMN = "attempt {} of step {} column {}"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import DuplicateStepError, StoreError
+from ..errors import DuplicateStepError, SignalAlreadySentError, StoreError
 from ..names import check_name
 from ..payload import dumps
 from .model import (
@@ -38,6 +38,17 @@ def lease_lapsed(lease_expires_at: int | None, now: int, bound_ms: int | None = 
     if lease_expires_at is None:
         return False
     return lease_expires_at <= now or (bound_ms is not None and lease_expires_at > now + bound_ms)
+
+
+def check_resent(run_id: str, name: str, sent: object, payload: JSON) -> None:
+    """A signal of a name already sent is taken only as a resend of the same
+    payload (a client retrying): the first one stays, and a different one is
+    refused rather than dropped unseen."""
+    if sent != payload:
+        raise SignalAlreadySentError(
+            f"workflow run {run_id} already has signal {name!r} with another payload; "
+            "a signal name is delivered once (send another name for a new value)"
+        )
 
 
 SWEEP_BACKOFF_DOUBLINGS = 16

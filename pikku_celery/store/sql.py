@@ -79,6 +79,7 @@ from .model import (
     StepStatus,
 )
 from .rows import (
+    SIGNAL_PLACE,
     attempt_from,
     attempt_params,
     run_from,
@@ -89,6 +90,7 @@ from .rows import (
 )
 from .rules import (
     EncodedDecision,
+    check_resent,
     child_outcome,
     encode_decision,
     lease_expired_error,
@@ -382,10 +384,15 @@ class SQLWorkflowStore:
             if run.status.terminal:
                 raise RunSettledError(f"workflow run {run_id} is {run.status}; it takes no signals")
             # Every signal write holds the run lock, so check-then-insert is safe.
-            if conn.execute(st.signal_exists, {"p_id": run_id, "p_name": name}).first() is None:
+            sent = conn.execute(st.signal_payload, {"p_id": run_id, "p_name": name}).first()
+            if sent is None:
                 conn.execute(
                     st.signal_insert,
                     {"run_id": run_id, "name": name, "payload": text, "created_at": now},
+                )
+            else:
+                check_resent(
+                    run_id, name, read_stored(sent.payload, SIGNAL_PLACE, run_id, name), payload
                 )
             conn.execute(st.run_touch, {"p_id": run_id, "p_now": now})
             return self._reread(conn, run_id)
@@ -431,10 +438,7 @@ class SQLWorkflowStore:
     def get_signals(self, run_id: str) -> dict[str, JSON]:
         with self._one() as conn:
             rows = conn.execute(self.statements.signals_in_order, {"p_id": run_id})
-            return {
-                name: read_stored(text, "run {} signal {!r} payload", run_id, name)
-                for name, text in rows
-            }
+            return {name: read_stored(text, SIGNAL_PLACE, run_id, name) for name, text in rows}
 
     @_prepared
     def count_steps_by_status(self) -> dict[StepStatus, int]:
@@ -470,9 +474,7 @@ class SQLWorkflowStore:
                 steps[step.run_id].append(step)
             signals: dict[str, dict[str, JSON]] = {r.id: {} for r in runs}
             for run_id, name, text in conn.execute(st.signals_of_runs, ids):
-                signals[run_id][name] = read_stored(
-                    text, "run {} signal {!r} payload", run_id, name
-                )
+                signals[run_id][name] = read_stored(text, SIGNAL_PLACE, run_id, name)
         return [RunView(run=r, steps=steps[r.id], signals=signals[r.id], now=now) for r in runs]
 
     # --- steps ---------------------------------------------------------------
@@ -751,7 +753,7 @@ class SQLWorkflowStore:
                 signals: dict[str, JSON] = {}
                 if rows[0].has_signals:
                     for name, payload in conn.execute(st.signals_of_run, {"p_id": run_id}):
-                        signals[name] = loads(payload)
+                        signals[name] = read_stored(payload, SIGNAL_PLACE, run_id, name)
             now = int(rows[0].db_now)
             steps = [step_from(r) for r in rows if r.id is not None]
             prepared = None if outcome is None else prepare_outcome(steps, outcome, now)

@@ -29,6 +29,13 @@ from .rows import STEP_COLUMNS, step_from
 from .sql_optimistic import OptimisticSQLStore, PassShape
 from .statements_mysql import MySQLStatements
 
+PACKET_HEADROOM = 1024 * 1024
+"""What a pass's batch carries besides one result: its other statements and values."""
+
+RESULT_COPIES_IN_A_PACKET = 4
+"""A result travels twice in a pass (its step row and its attempt row), each
+copy escaped as a string literal, which at worst doubles it."""
+
 # The columns of the packed claim read back (MySQLStatements.claim_batch).
 PACKED_CLAIM = (*STEP_COLUMNS, "claimed_here")
 
@@ -51,6 +58,22 @@ class MySQLWorkflowStore(OptimisticSQLStore):
         self._pass_batches: dict[PassShape, Batch] = {}
         self._view_batch: Batch | None = None
         self._start_batch: Batch | None = None
+        self._value_ceiling: tuple[int, str] | None = None
+
+    def max_value_bytes(self) -> tuple[int, str] | None:
+        """What the server's ``max_allowed_packet`` leaves for one step result:
+        a larger one would be refused mid-write as a lost connection
+        ("server has gone away"), which looks like an outage, not bad input."""
+        if self._value_ceiling is None:
+            with self._engine.connect() as conn:
+                packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
+            room = max(0, packet - PACKET_HEADROOM) // RESULT_COPIES_IN_A_PACKET
+            self._value_ceiling = (
+                room,
+                f"what the server's max_allowed_packet of {packet} bytes carries; "
+                "raise max_allowed_packet on the server for larger results",
+            )
+        return self._value_ceiling
 
     def _make_statements(self) -> MySQLStatements:
         return _statements()

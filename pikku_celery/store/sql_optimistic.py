@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import RunNotFoundError, StoreError
-from ..payload import dumps, loads
+from ..payload import dumps, loads, read_stored
 from .base import Decide
 from .changes import (
     eager_claim_of,
@@ -56,7 +56,7 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .rows import attempt_params, run_from, run_params, step_from, step_params
+from .rows import SIGNAL_PLACE, attempt_params, run_from, run_params, step_from, step_params
 from .rules import EncodedDecision, encode_decision
 from .sql import SQLWorkflowStore
 
@@ -101,7 +101,9 @@ class OptimisticSQLStore(SQLWorkflowStore):
     def _read_signals(self, run_id: str) -> dict[str, JSON]:
         with self._one() as conn:
             rows = conn.execute(self.statements.signals_of_run, {"p_id": run_id})
-            return {name: loads(payload) for name, payload in rows}
+            return {
+                name: read_stored(payload, SIGNAL_PLACE, run_id, name) for name, payload in rows
+            }
 
     def _created(self, run: RunState, input_size: int) -> None:
         self._clock.saw(run.updated_at)

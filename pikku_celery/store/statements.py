@@ -315,7 +315,7 @@ class Statements:
             )
             .values(wake_at=at, max_attempts=S.c.attempt + S.c.max_attempts, updated_at=at)
         )
-        self.signal_exists = sa.select(G.c.name).where(
+        self.signal_payload = sa.select(G.c.payload).where(
             G.c.run_id == _p("id"), G.c.name == _p("name")
         )
         self.signal_insert = sa.insert(G)

@@ -24,7 +24,6 @@ Errors are ``{"error": code, "message": ...}``, as the Flask blueprint's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,9 +34,11 @@ from ..errors import (
     PayloadError,
     RunNotFoundError,
     RunSettledError,
+    SignalAlreadySentError,
     UnknownWorkflowError,
 )
 from ..names import check_id
+from ..payload import parse_json
 from ..store.model import RunState, RunStatus
 from . import reads
 from .permissions import LIST_TARGET, Permission, allowed_actions
@@ -65,6 +66,7 @@ ERRORS: dict[type[Exception], tuple[int, str]] = {
     RunNotFoundError: (404, "unknown_run"),
     UnknownWorkflowError: (404, "unknown_workflow"),
     RunSettledError: (409, "run_settled"),
+    SignalAlreadySentError: (409, "signal_already_sent"),
     IdempotencyKeyReusedError: (409, "conflict"),
 }
 """The status and ``"error"`` code each refusal of the library answers with."""
@@ -157,7 +159,7 @@ def read_json(body: Body, limit: int) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        return parse_json(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc}") from None
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from pikku_celery import Context
+from pikku_celery import Context, StepFailedError
 from pikku_celery.engine import WorkflowEngine
 from pikku_celery.engine.execute import call_with
 from pikku_celery.errors import InvalidIdError, PayloadError
@@ -873,3 +873,38 @@ def test_a_step_message_arriving_during_its_retry_delay_is_dropped(
     assert w.ran == ["flaky"]
     assert w.dispatcher.sent[sent:] == [], "the early message made the worker publish"
     assert w.snapshot(run_id) == before
+
+
+# --- a result too large for the database -------------------------------------------------
+
+
+def test_a_result_larger_than_the_database_takes_fails_its_step_naming_the_limit(
+    hostile_mysql_engine: sa.Engine,
+) -> None:
+    """MariaDB refuses a statement over ``max_allowed_packet`` by closing the
+    connection ("server has gone away"), which used to be waited out as an
+    outage for the whole retry window, the step left running. Now the result
+    is refused at the step: the step fails at once, naming the size and the limit."""
+    wipe(hostile_mysql_engine)
+    w = World(SQLWorkflowStore(hostile_mysql_engine), outcome_retry=5.0)
+    with hostile_mysql_engine.connect() as conn:
+        packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
+
+    @w.task
+    def huge() -> str:
+        return "x" * (packet // 2 + 1)  # twice in a pass: one packet cannot carry it
+
+    @w.workflow
+    def wf(ctx: Context) -> str:
+        try:
+            return str(ctx.step("huge", huge, retries=2))
+        except StepFailedError as exc:
+            return str(exc)
+
+    run = wf.start()
+    w.run(timeout=60)
+    message = run.wait(timeout=5)
+    assert f"result is {packet // 2 + 3} bytes of JSON, above the limit of" in message
+    assert f"max_allowed_packet of {packet} bytes" in message
+    step = w.steps_by_name(run.run_id)["huge"]
+    assert step.status == StepStatus.FAILED and step.attempt == 1

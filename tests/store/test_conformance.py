@@ -19,6 +19,7 @@ from pikku_celery.errors import (
     PayloadError,
     RunNotFoundError,
     RunSettledError,
+    SignalAlreadySentError,
     StoreError,
     WorkflowStepFunctionMismatchError,
     WorkflowStepSupersededError,
@@ -542,7 +543,8 @@ def test_get_signals_returns_the_first_payload_of_each_name(store: WorkflowStore
     run, _ = make_run(store)
     assert store.get_signals(run.id) == {}
     store.send_signal(run.id, "approve", {"by": "ann"})
-    store.send_signal(run.id, "approve", {"by": "bob"})  # the first one of a name wins
+    with pytest.raises(SignalAlreadySentError):  # the first one of a name stands
+        store.send_signal(run.id, "approve", {"by": "bob"})
     store.send_signal(run.id, "note", [1, "two"])
     assert store.get_signals(run.id) == {"approve": {"by": "ann"}, "note": [1, "two"]}
     assert store.get_signals("00000000-0000-0000-0000-000000000000") == {}
@@ -567,8 +569,11 @@ def test_signals_first_one_wins_and_reach_the_pass(store: WorkflowStore) -> None
     run, _ = make_run(store)
     after = store.send_signal(run.id, "approve", {"by": "ann"})
     assert after.version == run.version + 1
-    again = store.send_signal(run.id, "approve", {"by": "bob"})
+    again = store.send_signal(run.id, "approve", {"by": "ann"})  # a resend: taken
     assert again.version == after.version + 1
+    with pytest.raises(SignalAlreadySentError):
+        store.send_signal(run.id, "approve", {"by": "bob"})
+    assert store.get_run(run.id) == again  # refused: nothing changed
     store.send_signal(run.id, "other", [1, 2])
     seen: list[RunView] = []
     store.advance(run.id, None, seen_by(seen))
