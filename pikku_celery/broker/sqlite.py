@@ -58,6 +58,8 @@ from kombu.transport import virtual
 from kombu.transport.virtual.exchange import STANDARD_EXCHANGE_TYPES, FanoutExchange
 from kombu.utils.json import dumps, loads
 
+from .polling import EventLoopPoller
+
 log = logging.getLogger(__name__)
 
 TABLE = "pikku_broker_messages"
@@ -66,10 +68,6 @@ DEFAULT_VISIBILITY_TIMEOUT = 300.0
 DEFAULT_POLLING_INTERVAL = 0.05
 DEFAULT_BUSY_TIMEOUT = 30.0
 DEFAULT_SYNCHRONOUS = "NORMAL"
-# The event loop polls at least this far apart, even with a polling_interval of 0.
-MIN_EVENT_LOOP_INTERVAL = 0.005
-# A tick hands over at most this many messages, so it never starves the loop.
-MAX_DELIVERIES_PER_POLL = 100
 SYNCHRONOUS_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 
 SCHEMA = (
@@ -510,6 +508,10 @@ class Channel(virtual.Channel):
             self._noack_queues.discard(queue)
         return result
 
+    def wants_messages(self) -> bool:
+        """True when this channel consumes a queue and its prefetch has room."""
+        return bool(self._consumers) and bool(self.qos.can_consume())
+
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         """Take one message: deleted with ``no_ack``, else hidden until acked."""
         taken = self.db.take(queue, delete=no_ack)
@@ -546,15 +548,9 @@ class Channel(virtual.Channel):
 class Transport(virtual.Transport):
     """kombu transport for ``sqlite-queue:///path/to/broker.db``.
 
-    It declares itself event-loop capable so that ``celery worker`` runs its
-    event loop and, with it, the prefork pool that gives each pool process a
-    job pipe of its own. For a transport without that capability Celery
-    falls back to billiard's threaded pool, whose processes share one job
-    pipe under one lock that an idle process holds while it waits for work:
-    SIGKILL that process and the lock is never released, so every other pool
-    process (and every replacement) waits forever while the worker keeps
-    taking messages. The loop polls the database on its timer (see
-    :meth:`register_with_event_loop`).
+    Event-loop capable, so that ``celery worker``'s prefork pool gives each
+    process a job pipe of its own and survives killed processes, idle or
+    busy (see :mod:`.polling` for why and how).
     """
 
     Channel = Channel
@@ -575,40 +571,17 @@ class Transport(virtual.Transport):
         self.database_path = database_path(client.hostname)
         super().__init__(client, **kwargs)
         self.polling_interval = self.options.polling_interval
-        self._poll_timer: Any = None
+        #: What feeds the consumers when a kombu event loop drives this transport.
+        self.poller = EventLoopPoller(self)
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
-        """Poll the database from the event loop's timer, as ``drain_events`` would.
-
-        There is no socket to watch, so each tick takes what is ready, as far
-        as the consumers' prefetch allows. An error reaching the broker
-        propagates out of the loop, which reconnects and registers again.
-        """
-        self._cancel_poll_timer()
-        interval = max(self.polling_interval or 0.0, MIN_EVENT_LOOP_INTERVAL)
-        self._poll_timer = loop.call_repeatedly(interval, self.deliver_ready)
-
-    def deliver_ready(self) -> int:
-        """Hand ready messages to their consumers until none is ready or wanted."""
-        cycle = self.cycle
-        if cycle is None:  # closed
-            return 0
-        for delivered in range(MAX_DELIVERIES_PER_POLL):
-            try:
-                cycle.get(self._deliver, timeout=0)
-            except Empty:
-                return delivered
-        return MAX_DELIVERIES_PER_POLL
+        """Poll the database from the worker's event loop (see :mod:`.polling`)."""
+        self.poller.attach(loop, self.polling_interval or 0.0)
 
     def close_connection(self, connection: Any) -> None:
         """Stop polling from the event loop, then close the channels."""
-        self._cancel_poll_timer()
+        self.poller.detach()
         super().close_connection(connection)
-
-    def _cancel_poll_timer(self) -> None:
-        if self._poll_timer is not None:
-            self._poll_timer.cancel()
-            self._poll_timer = None
 
     def driver_version(self) -> str:
         """The SQLite library's version, which kombu reports as the driver's."""

@@ -149,7 +149,7 @@ def test_an_event_loop_is_fed_by_polling_within_the_consumers_prefetch(
         consumer.consume()
         loop = hub.create_loop()
         wait_until(lambda: next(loop) or len(received) == 2, timeout=10)
-        assert conn.transport.deliver_ready() == 0  # prefetch full: nothing more taken
+        assert conn.transport.poller.deliver_ready() == 0  # prefetch full: nothing more taken
         assert len(rows(db, "delivery_tag IS NOT NULL")) == 2
         for message in received:
             message.ack()
