@@ -15,6 +15,9 @@ rejects unknown transport options. This transport is a real queue:
   no cleanup: once ``visible_at`` passes, the row is simply visible again and
   the next poll of any consumer takes it. That is the visibility timeout, with
   the same meaning as on Redis and SQS.
+* ``celery worker`` drives it from its event loop, so its prefork pool gives
+  each process a job pipe of its own and survives any of them being killed,
+  idle or busy (:mod:`pikku_celery.broker.polling` says why this matters).
 
 Transport options (``broker_transport_options``; unknown ones are ignored):
 
