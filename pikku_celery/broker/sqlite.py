@@ -15,6 +15,9 @@ rejects unknown transport options. This transport is a real queue:
   no cleanup: once ``visible_at`` passes, the row is simply visible again and
   the next poll of any consumer takes it. That is the visibility timeout, with
   the same meaning as on Redis and SQS.
+* ``celery worker`` drives it from its event loop, so its prefork pool gives
+  each process a job pipe of its own and survives any of them being killed,
+  idle or busy (:mod:`pikku_celery.broker.polling` says why this matters).
 
 Transport options (``broker_transport_options``; unknown ones are ignored):
 
@@ -57,6 +60,8 @@ from typing import Any, NamedTuple
 from kombu.transport import virtual
 from kombu.transport.virtual.exchange import STANDARD_EXCHANGE_TYPES, FanoutExchange
 from kombu.utils.json import dumps, loads
+
+from .polling import EventLoopPoller
 
 log = logging.getLogger(__name__)
 
@@ -506,6 +511,10 @@ class Channel(virtual.Channel):
             self._noack_queues.discard(queue)
         return result
 
+    def wants_messages(self) -> bool:
+        """True when this channel consumes a queue and its prefetch has room."""
+        return bool(self._consumers) and bool(self.qos.can_consume())
+
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         """Take one message: deleted with ``no_ack``, else hidden until acked."""
         taken = self.db.take(queue, delete=no_ack)
@@ -540,9 +549,15 @@ class Channel(virtual.Channel):
 
 
 class Transport(virtual.Transport):
-    """kombu transport for ``sqlite-queue:///path/to/broker.db``."""
+    """kombu transport for ``sqlite-queue:///path/to/broker.db``.
+
+    Event-loop capable, so that ``celery worker``'s prefork pool gives each
+    process a job pipe of its own and survives killed processes, idle or
+    busy (see :mod:`.polling` for why and how).
+    """
 
     Channel = Channel
+    implements = virtual.Transport.implements.extend(asynchronous=True)
 
     can_parse_url = True  # kombu hands us the whole URL as the hostname
     driver_type = "sqlite"  # not amqp/redis: Celery skips gossip and mingle
@@ -559,6 +574,17 @@ class Transport(virtual.Transport):
         self.database_path = database_path(client.hostname)
         super().__init__(client, **kwargs)
         self.polling_interval = self.options.polling_interval
+        #: What feeds the consumers when a kombu event loop drives this transport.
+        self.poller = EventLoopPoller(self)
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """Poll the database from the worker's event loop (see :mod:`.polling`)."""
+        self.poller.attach(loop, self.polling_interval or 0.0)
+
+    def close_connection(self, connection: Any) -> None:
+        """Stop polling from the event loop, then close the channels."""
+        self.poller.detach()
+        super().close_connection(connection)
 
     def driver_version(self) -> str:
         """The SQLite library's version, which kombu reports as the driver's."""

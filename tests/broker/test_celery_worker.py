@@ -102,3 +102,33 @@ def test_a_task_of_a_sigkilled_worker_is_delivered_again_and_completes(
     assert token == "job-1" and int(pgid) == second.pid
     assert [s[0] for s in lines(started)] == ["job-1", "job-1"]
     assert int(lines(started)[1][2]) == second.pid
+
+
+def test_a_worker_rides_out_a_broker_file_locked_past_its_busy_timeout(
+    tmp_path: Path, workers: Workers
+) -> None:
+    db = tmp_path / "broker.db"
+    publisher = Celery("publisher", broker=f"sqlite-queue:///{db}")
+    publisher.conf.task_default_queue = QUEUE
+    done = tmp_path / "done"
+    workers.env["PIKKU_TEST_BUSY_TIMEOUT"] = "0.2"
+    lock = sqlite3.connect(db, isolation_level=None)
+    try:
+        publisher.send_task("broker_test.mark", args=[str(tmp_path), "before"])
+        lock.execute("BEGIN IMMEDIATE")  # SQLite's write lock, held from outside
+        node = workers.start("locked")
+        wait_until(lambda: "database is locked" in node.log(), timeout=60)
+        lock.execute("ROLLBACK")
+        wait_until(lambda: lines(done), timeout=60)
+        publisher.send_task("broker_test.mark", args=[str(tmp_path), "after"])
+        wait_until(lambda: len(lines(done)) == 2, timeout=60)
+    except AssertionError:
+        raise AssertionError(f"the worker did not recover\n{workers.logs()}") from None
+    finally:
+        lock.close()
+        publisher.close()
+    assert [token for token, _pid, pgid in lines(done) if int(pgid) == node.pid] == [
+        "before",
+        "after",
+    ]
+    wait_until(lambda: not held_rows(db), timeout=30)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kombu.asynchronous import Hub
 from kombu.connection import Connection
 from kombu.entity import Exchange, Queue
 from kombu.message import Message
@@ -130,6 +131,37 @@ def test_publish_consume_ack_leaves_an_empty_table(conn: Connection, db: Path) -
         wait_until(lambda: conn.drain_events(timeout=1) or len(received) == 3, timeout=10)
     assert received == [{"n": 1}, {"n": 2}, b"raw bytes"]  # FIFO
     assert rows(db) == []
+
+
+def test_an_event_loop_is_fed_by_polling_within_the_consumers_prefetch(
+    conn: Connection, db: Path
+) -> None:
+    # Celery runs its event loop (and the prefork pool with a job pipe per
+    # process) only for a transport that says it can be driven by one.
+    assert conn.is_evented
+    received: list[Message] = []
+    publish(conn, *range(5))
+    hub = Hub()
+    try:
+        conn.register_with_event_loop(hub)
+        consumer = Consumer(conn, queues=[JOBS], callbacks=[lambda _b, m: received.append(m)])
+        consumer.qos(prefetch_count=2)
+        consumer.consume()
+        loop = hub.create_loop()
+        wait_until(lambda: next(loop) or len(received) == 2, timeout=10)
+        assert conn.transport.poller.deliver_ready() == 0  # prefetch full: nothing more taken
+        assert len(rows(db, "delivery_tag IS NOT NULL")) == 2
+        for message in received:
+            message.ack()
+        wait_until(lambda: next(loop) or len(received) == 4, timeout=10)
+        received[2].ack()
+        received[3].ack()
+        wait_until(lambda: next(loop) or len(received) == 5, timeout=10)
+        received[4].ack()
+        assert [m.payload for m in received] == [0, 1, 2, 3, 4]
+        assert rows(db) == []
+    finally:
+        hub.close()
 
 
 def test_a_taken_message_is_hidden_and_ack_deletes_it(conn: Connection, db: Path) -> None:
