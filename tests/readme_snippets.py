@@ -63,6 +63,7 @@ BLOCKS = {
     "canvas": "pikku.durable(canvas",
     "pytest_celery": "celery_setup_pikku_installers",
     "leases": "step_lease=60.0,",
+    "embedded_broker": 'broker="sqlite-queue:///broker.db"',
 }
 
 Namespace = dict[str, Any]
@@ -608,6 +609,22 @@ def scenario_leases(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     return {q: {"seconds": lease.seconds, "horizon": lease.horizon} for q, lease in leases.items()}
 
 
+def scenario_embedded_broker(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The embedded broker page's app: a message sent through it comes back
+    from the file it names (relative to the working directory)."""
+    os.chdir(scratch)
+    namespace: Namespace = {}
+    run_block(blocks["embedded_broker"], "embedded_broker", namespace)
+    app = namespace["app"]
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue("snippet")
+        queue.put({"hello": "broker"})
+        message = queue.get(timeout=5)
+        message.ack()
+        queue.close()
+    return {"body": message.payload, "file": (scratch / "broker.db").exists()}
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "handles": scenario_handles,
@@ -622,6 +639,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "canvas": scenario_canvas,
     "pytest_celery": scenario_pytest_celery,
     "leases": scenario_leases,
+    "embedded_broker": scenario_embedded_broker,
 }
 
 

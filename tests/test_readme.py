@@ -198,6 +198,11 @@ def test_the_leases_block_keeps_every_lease_within_step_lease_and_its_horizon(
     assert report["celery"] == {"seconds": 60.0, "horizon": 300.0}  # default_lease
 
 
+def test_the_embedded_broker_block_carries_a_message_through_its_file(tmp_path: Path) -> None:
+    report = run_scenario("embedded_broker", tmp_path)
+    assert report == {"body": {"hello": "broker"}, "file": True}
+
+
 def test_the_durable_canvas_block_runs_its_chain_and_chord(tmp_path: Path) -> None:
     report = run_scenario("canvas", tmp_path)
     assert report["printed"] == [
