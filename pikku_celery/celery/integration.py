@@ -258,6 +258,20 @@ class Pikku(WorkflowEngine):
         except PikkuError as exc:
             log.error("pikku-celery's store is not ready: %s", exc)
 
+    def close(self) -> None:
+        """Close every connection pikku opened: the store's and leases'
+        (Redis included), the settle listener thread and its LISTEN
+        connection, and the engine's pool. Idempotent; also what leaving
+        ``with Pikku(...) as pikku:`` does. The Pikku stays usable: pools
+        and the listener open again on demand (so closing before a test
+        database is dropped costs nothing later). Close at a quiet moment: a
+        connection another thread is using right then is not closed."""
+        try:
+            super().close()
+        finally:
+            if self.sql_engine is not None:
+                self.sql_engine.dispose(close=True)
+
     def _after_fork(self, **_: Any) -> None:
         # Connections made before fork must not be shared with the parent.
         if self.sql_engine is not None:

@@ -91,7 +91,7 @@ def test_check_migrate_and_test_through_manage_py(dev_database: sa.Engine) -> No
 
     tested = manage(dev_database, "test", "bakery", "--noinput", "-v", "2")
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "Ran 2 tests" in tested.stderr and "OK" in tested.stderr
+    assert "Ran 4 tests" in tested.stderr and "OK" in tested.stderr
     # The run and the order were written to the test database only ...
     with dev_database.connect() as conn:
         runs = conn.execute(sa.text("SELECT count(*) FROM pikku_workflow_run")).scalar_one()
