@@ -36,6 +36,7 @@ from .dispatcher import (
     CeleryDispatcher,
     rate_limited_run_step,
 )
+from .loading import import_task_modules
 from .messages import InvalidMessageError, message_trace, orchestrate_message, step_message
 from .queues import QueueLease, QueueLeases
 from .step_body import CeleryStepBody
@@ -107,6 +108,9 @@ class Pikku(WorkflowEngine):
             **options,
         )
         self.sweep_interval = sweep_interval
+        # Workflows defined where Celery finds tasks (include=, imports,
+        # autodiscover_tasks) are imported at the first name not found.
+        self.registry.loader = lambda: import_task_modules(app)
         if metrics:
             from ..prometheus import PrometheusObserver  # prometheus_client: the web extra
 
