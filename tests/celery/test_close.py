@@ -20,7 +20,13 @@ from pikku_celery import Context, Pikku
 from pikku_celery.lease import RedisLeaseService
 from pikku_celery.store.migrate import upgrade
 from tests.helpers import wait_until
-from tests.services import PG_ADMIN_URL, REDIS_URL, scratch_database, unavailable
+from tests.services import (
+    PG_ADMIN_URL,
+    REDIS_URL,
+    scratch_database,
+    terminate_backend,
+    unavailable,
+)
 
 CLOSED_BROKER = "amqp://guest:guest@127.0.0.1:1//"
 
@@ -159,3 +165,35 @@ def test_close_closes_the_redis_lease_clients_connections(pg_url: str, redis_nam
     assert leases.get("k") is not None  # usable again: it reconnects
     pikku.close()
     assert redis_clients(redis_name) == 0
+
+
+def listening(name: str) -> set[int]:
+    """Server pids of the LISTEN sessions of ``name``."""
+    admin = sa.create_engine(PG_ADMIN_URL, poolclass=sa.pool.NullPool)
+    try:
+        with admin.connect() as conn:
+            found = conn.execute(
+                sa.text(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = :n "
+                    "AND query LIKE 'LISTEN%'"
+                ),
+                {"n": name},
+            )
+            return {int(pid) for (pid,) in found}
+    finally:
+        admin.dispose()
+
+
+def test_the_listener_listens_again_after_its_connection_is_killed(pg_url: str) -> None:
+    name = f"pikku-relisten-{uuid.uuid4().hex[:8]}"
+    pikku = eager_pikku(pg_url, name)
+    try:
+        assert pikku.start("closing.flow", 1).wait(timeout=30) == 2
+        [first] = wait_until(lambda: listening(name))
+        terminate_backend(sa.create_engine(PG_ADMIN_URL, poolclass=sa.pool.NullPool), first)
+        again = wait_until(lambda: listening(name) - {first}, timeout=30)
+        assert len(again) == 1 and first not in listening(name)
+        assert pikku.start("closing.flow", 4).wait(timeout=30) == 8
+    finally:
+        pikku.close()
+    assert gone(name)
