@@ -166,7 +166,9 @@ class SettleListener:
                         log.info("settle listener reconnecting: %s", exc)
                     stop.wait(1.0)
         finally:
-            self._listening.clear()
+            with self._lock:
+                if self._stop is None or self._stop is stop:  # no newer listener
+                    self._listening.clear()
             stop.close()
 
     def _listen(self, stop: _Stop) -> None:
@@ -186,13 +188,13 @@ class SettleListener:
 
     def _hear(self, conn: Any, stop: _Stop) -> None:
         """Read notices until ``stop``: libpq's input, drained as it comes."""
-        pgconn = conn.pgconn
+        pgconn, encoding = conn.pgconn, conn.info.encoding
         with selectors.DefaultSelector() as selector:
             selector.register(conn.fileno(), selectors.EVENT_READ)
             selector.register(stop.reader, selectors.EVENT_READ)
             while not stop.is_set():
                 while (note := pgconn.notifies()) is not None:
-                    self._heard(note.extra.decode())
+                    self._heard(note.extra.decode(encoding, "replace"))
                 selector.select()
                 if not stop.is_set():
                     pgconn.consume_input()  # raises once the connection is gone
