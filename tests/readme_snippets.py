@@ -64,6 +64,7 @@ BLOCKS = {
     "pytest_celery": "celery_setup_pikku_installers",
     "leases": "step_lease=60.0,",
     "embedded_broker": 'broker="sqlite-queue:///broker.db"',
+    "closing": "pikku.close()  # idempotent",
 }
 
 Namespace = dict[str, Any]
@@ -625,6 +626,17 @@ def scenario_embedded_broker(blocks: dict[str, str], scratch: Path) -> dict[str,
     return {"body": message.payload, "file": (scratch / "broker.db").exists()}
 
 
+def scenario_closing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The closing page's block on the tutorial: a run, then close twice; the
+    closed Pikku still starts and finishes a run (it reopens what it needs)."""
+    namespace = tutorial(blocks, scratch)
+    with worker(namespace):
+        run_block(blocks["closing"], "closing", namespace)
+        again = namespace["fulfil_order"].start({"id": 9, "cents": 700})
+        after = again.wait(timeout=30)
+    return {"done": namespace["done"], "after_close": after}
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "handles": scenario_handles,
@@ -640,6 +652,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "pytest_celery": scenario_pytest_celery,
     "leases": scenario_leases,
     "embedded_broker": scenario_embedded_broker,
+    "closing": scenario_closing,
 }
 
 

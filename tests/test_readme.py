@@ -203,6 +203,11 @@ def test_the_embedded_broker_block_carries_a_message_through_its_file(tmp_path: 
     assert report == {"body": {"hello": "broker"}, "file": True}
 
 
+def test_the_closing_block_closes_twice_and_the_pikku_still_serves(tmp_path: Path) -> None:
+    report = run_scenario("closing", tmp_path)
+    assert set(report["done"]) == set(report["after_close"]) == {"charge", "label"}
+
+
 def test_the_durable_canvas_block_runs_its_chain_and_chord(tmp_path: Path) -> None:
     report = run_scenario("canvas", tmp_path)
     assert report["printed"] == [

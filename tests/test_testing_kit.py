@@ -211,6 +211,54 @@ def test_a_registered_function_stands_in_for_a_celery_task(kit: Kit, env: Workfl
     assert kit.seen == []  # the real task never ran
 
 
+def test_a_bare_decorated_function_stands_in_for_the_task_of_its_name(
+    kit: Kit, env: WorkflowTestEnv
+) -> None:
+    @env.task
+    def flaky(key: str, failures: int) -> dict[str, str]:  # the function of kit.flaky
+        return {"stub": key}
+
+    assert kit.workflows["flaky_once"].start("s").wait() == {"stub": "s"}
+    assert kit.seen == []  # the real task never ran
+    assert flaky("k", 0) == {"stub": "k"}  # the function itself, still callable
+
+
+def test_env_task_with_name_as_a_decorator(kit: Kit, env: WorkflowTestEnv) -> None:
+    @env.task(name="kit.flaky", queue="stubs")
+    def stub(key: str, failures: int) -> str:
+        return f"stub {key}"
+
+    run = kit.workflows["flaky_once"].start("n")
+    assert run.wait() == "stub n"
+    assert run.steps()[0].step.queue == "stubs"
+    assert kit.seen == []
+
+
+def test_a_bare_decorated_function_named_like_no_task_is_a_task_of_its_own(
+    kit: Kit, env: WorkflowTestEnv
+) -> None:
+    @env.task
+    def triple(x: int) -> int:
+        return 3 * x
+
+    @kit.pikku.workflow(name="kit.plain_triple")
+    def plain_triple(ctx: Context, x: int) -> Any:
+        return ctx.step("triple", triple, x)
+
+    assert plain_triple.start(5).wait() == 15
+
+
+def test_a_function_name_shared_by_several_tasks_needs_a_name(
+    kit: Kit, env: WorkflowTestEnv
+) -> None:
+    def flaky(key: str, failures: int) -> None:
+        """A second task whose function is named flaky."""
+
+    kit.app.task(name="kit.other_flaky", shared=False)(flaky)
+    with pytest.raises(ValueError, match=r"kit\.flaky, kit\.other_flaky.*name="):
+        env.task(flaky)
+
+
 # --- time skipping ---------------------------------------------------------------
 
 

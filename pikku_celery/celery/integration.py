@@ -38,6 +38,7 @@ from .dispatcher import (
     CeleryDispatcher,
     rate_limited_run_step,
 )
+from .loading import import_task_modules
 from .messages import InvalidMessageError, message_trace, orchestrate_message, step_message
 from .queues import DEFAULT_STEP_LEASE, QueueLease, QueueLeases
 from .step_body import CeleryStepBody
@@ -131,6 +132,9 @@ class Pikku(WorkflowEngine):
             **options,
         )
         self.sweep_interval = sweep_interval
+        # Workflows defined where Celery finds tasks (include=, imports,
+        # autodiscover_tasks) are imported at the first name not found.
+        self.registry.loader = lambda: import_task_modules(app)
         if metrics:
             from ..prometheus import PrometheusObserver  # prometheus_client: the web extra
 
@@ -301,6 +305,20 @@ class Pikku(WorkflowEngine):
             self._prepare_store()
         except PikkuError as exc:
             log.error("pikku-celery's store is not ready: %s", exc)
+
+    def close(self) -> None:
+        """Close every connection pikku opened: the store's and leases'
+        (Redis included), the settle listener thread and its LISTEN
+        connection, and the engine's pool. Idempotent; also what leaving
+        ``with Pikku(...) as pikku:`` does. The Pikku stays usable: pools
+        and the listener open again on demand (so closing before a test
+        database is dropped costs nothing later). Close at a quiet moment: a
+        connection another thread is using right then is not closed."""
+        try:
+            super().close()
+        finally:
+            if self.sql_engine is not None:
+                self.sql_engine.dispose(close=True)
 
     def _after_fork(self, **_: Any) -> None:
         # Connections made before fork must not be shared with the parent.

@@ -5,6 +5,10 @@ that is a Pikku (then, for a package, its ``celery`` and ``app`` submodules);
 ``MODULE.ATTR`` works too. An attribute that is the Celery app is accepted
 when a Pikku was built on it. The current directory is importable, as with
 Celery, so ``-A proj`` works from the project's root.
+
+Then the modules ``celery worker`` imports (``include=``, ``imports``,
+``autodiscover_tasks``, Django's apps) are imported too, so every command
+sees the workflows and tasks a worker of the app has.
 """
 
 from __future__ import annotations
@@ -36,7 +40,19 @@ class AppLoadError(click.ClickException):
 
 
 def load_pikku(spec: str) -> Pikku:
-    """The Pikku named by ``spec`` (``module``, ``module:attr`` or ``module.attr``)."""
+    """The Pikku named by ``spec`` (``module``, ``module:attr`` or ``module.attr``),
+    with the modules Celery imports for its app imported."""
+    pikku = _find_pikku(spec)
+    try:
+        pikku.registry.load()
+    except Exception as exc:
+        raise _failure(
+            f"importing the task modules of Celery app {pikku.app.main!r}", exc
+        ) from None
+    return pikku
+
+
+def _find_pikku(spec: str) -> Pikku:
     spec = spec.strip()
     module_name, colon, attr = spec.partition(":")
     if not module_name or (colon and not attr):

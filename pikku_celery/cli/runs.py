@@ -11,6 +11,7 @@ needs ``-A`` for the code it checks.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -260,19 +261,41 @@ def check_deploy_command(workflows: tuple[str, ...], as_json: bool) -> None:
     Each run is replayed on the body a worker with this code would pick, over
     its recorded history; nothing is written. Listed: runs whose replay
     diverges (the step recorded there and the step this code reaches), runs
-    no body here may replay (an unknown workflow or pinned version: they
-    would stay blocked) and runs whose body raises. Exit code 1 if any.
+    no body here may replay (a pinned version not registered: they would
+    stay blocked) and runs whose body raises. Exit code 1 if any. Runs of a
+    workflow name the app does not register at all (after importing the
+    modules Celery imports for it) are an error of their own, naming the
+    workflows and where they were looked for: exit code 2.
     """
     from ..engine.deploy_check import check_deploy
 
     pikku = state().workflows("the check replays runs on your app's workflows")
     report = check_deploy(pikku, workflows=set(workflows) if workflows else None)
+    if report.unknown:
+        raise UnknownWorkflowsError(report.unknown, report.looked)
     if as_json:
         echo_json(render.deploy_check_json(report))
     else:
         render.console().print(render.deploy_check_tables(report))
     if not report.ok:
         click.get_current_context().exit(1)
+
+
+class UnknownWorkflowsError(click.ClickException):
+    """Runs in flight name workflows the app does not have: the check cannot
+    judge them (the app is not the one their workers run, or a module of it
+    is not imported), so it says so rather than calling them blocked."""
+
+    exit_code = 2
+
+    def __init__(self, unknown: Counter[str], looked: str | None) -> None:
+        names = ", ".join(f"{name!r} ({n} run(s))" for name, n in sorted(unknown.items()))
+        where = looked or "the modules imported with -A"
+        super().__init__(
+            f"runs in flight name workflow(s) this app does not register: {names}; looked in "
+            f"{where}. Point -A at the app its workers run, or import the module defining "
+            "them from one Celery imports (include=, imports, autodiscover_tasks)"
+        )
 
 
 def _or_none(steps: str) -> str:

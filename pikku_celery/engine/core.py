@@ -10,7 +10,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from ..errors import (
     IdempotencyKeyReusedError,
@@ -24,6 +25,7 @@ from ..payload import dumps
 from ..store.base import StoreCapabilities, WorkflowStore
 from ..store.model import JSON, NewRun, RunState
 from ..store.rules import LEASE_BOUND_FACTOR
+from .closing import close_each
 from .dispatcher import Dispatcher, EagerDispatch
 from .eager import EAGER_MAX_SECONDS, EAGER_MAX_STEPS, EagerBudget
 from .execute import StepBody, execute_step
@@ -410,6 +412,25 @@ class WorkflowEngine:
         if queue is not None:
             check_name(queue, "queue")
         return execute_step(self, run_id, step_id, task_name, body, queue, trace)
+
+    # --- letting go ----------------------------------------------------------
+    def close(self) -> None:
+        """Close what the engine's store, leases and dispatcher hold open
+        (connection pools, the settle listener and its LISTEN connection,
+        lease clients' connections). Idempotent. The engine stays usable:
+        what it needs again afterwards it opens again on demand."""
+        close_each((self.store, self.leases, self.dispatcher))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether the store calls ``exc`` passing (a lost connection, a restart)."""

@@ -61,11 +61,16 @@ class DeployCheck:
     failing: list[RunCheck] = field(default_factory=list)
     versions: Counter[tuple[str, str | None]] = field(default_factory=Counter)
     """Runs in flight per ``(workflow, version started on)``."""
+    unknown: Counter[str] = field(default_factory=Counter)
+    """Runs in flight per workflow name the code at hand does not register
+    at all (not replayed: the check cannot judge them, see ``looked``)."""
+    looked: str | None = None
+    """Where the engine looked for workflows (its registry's loader)."""
 
     @property
     def ok(self) -> bool:
         """Whether every run in flight replays on this code."""
-        return not self.failing
+        return not self.failing and not self.unknown
 
 
 @dataclass(frozen=True)
@@ -82,12 +87,15 @@ def check_deploy(
 ) -> DeployCheck:
     """Replay every run in flight in ``engine``'s store on ``engine``'s code
     (only runs of ``workflows``, when given)."""
-    report = DeployCheck()
+    report = DeployCheck(looked=engine.registry.load())
     after: str | None = None
     while True:
         views = engine.store.in_flight_views(after, page)
         for view in views:
             if workflows is not None and view.run.workflow not in workflows:
+                continue
+            if not engine.registry.known(view.run.workflow):
+                report.unknown[view.run.workflow] += 1
                 continue
             report.checked += 1
             report.versions[(view.run.workflow, view.run.workflow_version)] += 1

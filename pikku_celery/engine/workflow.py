@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, overload
 
@@ -120,8 +121,31 @@ class WorkflowRegistry:
     :func:`~.versions.version_order`) is the one new runs start on.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, loader: Callable[[], str] | None = None) -> None:
         self._by_name: dict[str, list[Workflow[Any, Any]]] = {}
+        self.loader = loader
+        """Imports the modules that define workflows (Celery's task modules);
+        called once, at the first name not found or the first listing, and
+        returns where it looked."""
+        self._looked: str | None = None
+        self._loading = threading.RLock()
+
+    def load(self) -> str | None:
+        """Run :attr:`loader` unless it ran; where it looked (None: no loader).
+
+        A loader that raises runs again at the next call. A lookup made
+        while it imports (by a module it imports) does not start it again.
+        """
+        with self._loading:  # another thread waits for the import under way
+            if self._looked is not None or self.loader is None:
+                return self._looked
+            loader, self.loader = self.loader, None  # not again from inside it
+            try:
+                self._looked = loader()
+            except BaseException:
+                self.loader = loader
+                raise
+            return self._looked
 
     def add(self, workflow: Workflow[Any, Any]) -> None:
         """Register a workflow; a different function under a taken name and
@@ -157,15 +181,25 @@ class WorkflowRegistry:
 
     def versions(self, name: str) -> list[Workflow[Any, Any]]:
         """Every version registered under ``name``, newest first;
-        :class:`UnknownWorkflowError` if none."""
-        try:
-            return list(self._by_name[name])
-        except (KeyError, TypeError):
+        :class:`UnknownWorkflowError` (naming where it looked) if none."""
+        if not isinstance(name, str) or not self.known(name):
+            looked = self.load()
+            where = f"; looked in {looked}" if looked else ""
             known = ", ".join(sorted(self._by_name)) or "none"
             raise UnknownWorkflowError(
-                f"no workflow is registered as {name!r} (registered: {known})"
-            ) from None
+                f"no workflow is registered as {name!r} (registered: {known}){where}"
+            )
+        return list(self._by_name[name])
+
+    def known(self, name: str) -> bool:
+        """Whether a workflow is registered as ``name`` (loading the modules
+        that define workflows first, if it is not yet)."""
+        if name not in self._by_name:
+            self.load()
+        return name in self._by_name
 
     def names(self) -> list[str]:
-        """The registered workflow names, sorted."""
+        """The registered workflow names, sorted (the modules that define
+        workflows loaded first)."""
+        self.load()
         return sorted(self._by_name)

@@ -268,9 +268,13 @@ class RedisLeaseService:
                 weakref.finalize(self, self._line.close)
 
     def close(self) -> None:
-        """Give the service's own connection back to the pool (it takes one again if used)."""
+        """Give the service's own connection back and close the client's idle
+        connections (it reconnects if used again; connections in use elsewhere
+        are left alone)."""
         if self._line is not None:
             self._line.close()
+        if isinstance(self._client, redis.Redis):
+            self._client.connection_pool.disconnect(inuse_connections=False)
 
     def _call(self, script: _Script, *keys_and_args: str | int) -> Any:
         line = self._line

@@ -219,6 +219,11 @@ class SQLLeaseService:
 
     # -- the LeaseService protocol ---------------------------------------------
 
+    def close(self) -> None:
+        """Close the engine's pooled connections; a connection you gave is yours to close."""
+        if self._conn is None:
+            self._engine.dispose(close=True)
+
     def acquire(self, key: str, holder: str, ttl: TTL) -> Lease | None:
         """Grant ``key`` to ``holder`` unless another holder's lease is live."""
         params = {"lease_key": key, "lease_holder": holder, "ttl_ms": ttl_millis(ttl)}

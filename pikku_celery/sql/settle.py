@@ -3,10 +3,16 @@
 A pass that settles a run sends ``NOTIFY pikku_run_settled`` after commit,
 its payload the run id and, when they fit, the run's status, output and
 error (:func:`settle_notice`). One background thread per store holds the
-LISTEN connection (outside the pool: LISTEN needs autocommit), keeps the
-outcomes the latest notices carried, and wakes whoever watches those runs.
-So a wait costs no connection set-up and no polling, and a run this process
-started while it listened is waited for without reading it at all.
+LISTEN connection, keeps the outcomes the latest notices carried, and wakes
+whoever watches those runs. So a wait costs no connection set-up and no
+polling, and a run this process started while it listened is waited for
+without reading it at all.
+
+The LISTEN connection is taken from the engine's pool, so it is made by the
+pool's own connect hooks (Django's integration points them at the test
+database, where the NOTIFY is sent), and it is never returned there: it is
+closed when the listener stops (:meth:`SettleListener.close`), since a
+connection still listening must not serve anyone else.
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import selectors
+import socket
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import sqlalchemy as sa
@@ -85,6 +93,7 @@ class SettleListener:
         self._listening = threading.Event()
         self.listening_since: float | None = None  # time.monotonic() of the LISTEN
         self._thread: threading.Thread | None = None
+        self._stop: _Stop | None = None
         self._pid = 0
 
     @contextmanager
@@ -114,40 +123,81 @@ class SettleListener:
         with self._lock:
             return self._recent.get(run_id)
 
+    @property
+    def running(self) -> bool:
+        """Whether this process has a listener thread (and so a LISTEN connection)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive() and self._pid == os.getpid()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread and close its connection; the next watch starts
+        them again. Waiters are woken and fall back to reading their run."""
+        with self._lock:
+            thread, stop = self._thread, self._stop
+            self._thread = self._stop = None
+            mine = self._pid == os.getpid()
+        if stop is not None and mine:
+            stop.set()
+        if thread is not None and mine and thread is not threading.current_thread():
+            thread.join(timeout)
+        self._wake_all()
+
     def _ensure_thread(self) -> None:
-        if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
+        if self.running:
             return
         self._pid = os.getpid()
         self._listening.clear()
         self.listening_since = None
-        self._thread = threading.Thread(target=self._run, name="pikku-settle", daemon=True)
+        self._stop = _Stop()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stop,), name="pikku-settle", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
-        while True:
-            try:
-                self._listen()
-            except Exception as exc:  # reconnect; waiters re-check meanwhile
-                self._listening.clear()
-                self.listening_since = None
-                log.info("settle listener reconnecting: %s", exc)
-                threading.Event().wait(1.0)
-
-    def _listen(self) -> None:
-        import psycopg
-
-        cargs, ckwargs = self._engine.dialect.create_connect_args(self._engine.url)
-        conn: Any = psycopg.connect(*cargs, **ckwargs, autocommit=True)
+    def _run(self, stop: _Stop) -> None:
         try:
+            while not stop.is_set():
+                try:
+                    self._listen(stop)
+                except Exception as exc:  # reconnect; waiters re-check meanwhile
+                    self._listening.clear()
+                    self.listening_since = None
+                    if not stop.is_set():
+                        log.info("settle listener reconnecting: %s", exc)
+                    stop.wait(1.0)
+        finally:
+            with self._lock:
+                if self._stop is None or self._stop is stop:  # no newer listener
+                    self._listening.clear()
+            stop.close()
+
+    def _listen(self, stop: _Stop) -> None:
+        fairy = self._engine.raw_connection()
+        try:
+            conn: Any = fairy.driver_connection  # psycopg: LISTEN needs autocommit
+            conn.autocommit = True
             conn.execute(f"LISTEN {SETTLED_CHANNEL}")
             self.listening_since = time.monotonic()
             self._listening.set()
             self._wake_all()  # anything settled while we were not listening
-            for note in conn.notifies():
-                self._heard(note.payload)
+            self._hear(conn, stop)
         finally:
             self.listening_since = None
-            conn.close()
+            fairy.invalidate()  # closes it: a listening connection never goes back
+            fairy.close()
+
+    def _hear(self, conn: Any, stop: _Stop) -> None:
+        """Read notices until ``stop``: libpq's input, drained as it comes."""
+        pgconn, encoding = conn.pgconn, conn.info.encoding
+        with selectors.DefaultSelector() as selector:
+            selector.register(conn.fileno(), selectors.EVENT_READ)
+            selector.register(stop.reader, selectors.EVENT_READ)
+            while not stop.is_set():
+                while (note := pgconn.notifies()) is not None:
+                    self._heard(note.extra.decode(encoding, "replace"))
+                selector.select()
+                if not stop.is_set():
+                    pgconn.consume_input()  # raises once the connection is gone
 
     def _heard(self, payload: str) -> None:
         run_id, outcome = read_notice(payload)
@@ -165,3 +215,26 @@ class SettleListener:
             events = [e for waiting in self._watchers.values() for e in waiting]
         for event in events:
             event.set()
+
+
+class _Stop:
+    """A stop flag a selector can wait on beside the LISTEN connection."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reader, self._writer = socket.socketpair()
+
+    def set(self) -> None:
+        self._event.set()
+        with suppress(OSError):  # already closed: the thread has ended
+            self._writer.send(b"x")
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> None:
+        self._event.wait(timeout)
+
+    def close(self) -> None:
+        self.reader.close()
+        self._writer.close()

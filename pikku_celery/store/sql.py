@@ -219,6 +219,10 @@ class SQLWorkflowStore:
     def _learn(self) -> None:
         """What the connections can do, learnt once by :meth:`prepare`."""
 
+    def close(self) -> None:
+        """Close the engine's pooled connections (it opens new ones when used again)."""
+        self._engine.dispose(close=True)
+
     def prepare(self) -> None:
         """Check the schema (creating it first where :attr:`creates_tables`)
         and learn what the connection can do; done once, on first use.

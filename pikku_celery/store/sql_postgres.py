@@ -173,6 +173,16 @@ class PostgresWorkflowStore(OptimisticSQLStore):
         with suppress(sa.exc.DBAPIError):
             self.runner.rows(self.statements.notify_settled, params)
 
+    def close(self) -> None:
+        """Stop the settle listener (its thread and LISTEN connection) and
+        close the pool; a later ``wait()`` listens again."""
+        settle = self._settle
+        try:
+            if settle is not None:
+                settle.close()
+        finally:
+            super().close()
+
     @contextmanager
     def settled_listener(self, run_id: str) -> Iterator[SettleWatch | None]:
         """On PostgreSQL, ``wait(timeout)`` returning when a pass settles

@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace, TracebackType
-from typing import Any
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from celery import Celery
 from celery.result import AsyncResult
@@ -57,6 +57,16 @@ from ..store.base import SettleWatch, WaitOnly
 from ..store.memory import InMemoryWorkflowStore
 from ..store.model import JSON, RunState, RunStatus, StepKind, StepState, StepStatus, uuid5_str
 from .inline import InlineDispatcher, Message
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskDecorator(Protocol):
+    """What ``env.task(name=...)`` returns: a decorator keeping the function's type."""
+
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+
 
 DEFAULT_MAX_MESSAGES = 10_000
 HOSTNAME = "pikku-test-env@localhost"
@@ -585,17 +595,60 @@ class WorkflowTestEnv:
         return min(wakes) if wakes else None
 
     # --- tasks ---------------------------------------------------------------
+    @overload
+    def task(
+        self, fn: Callable[P, R], *, name: str | None = None, queue: str | None = None
+    ) -> Callable[P, R]: ...
+
+    @overload
+    def task(
+        self, fn: None = None, *, name: str | None = None, queue: str | None = None
+    ) -> TaskDecorator: ...
+
     def task(
         self,
         fn: Callable[..., Any] | None = None,
         *,
         name: str | None = None,
         queue: str | None = None,
-    ) -> Any:
-        """Register a plain function as a task in this environment (bare or
-        with ``name=``/``queue=``). Named like one of your Celery tasks, it
-        stands in for that task here."""
-        return self.dispatcher.task(fn, name=name, queue=queue)
+    ) -> Callable[..., Any] | TaskDecorator:
+        """Register a plain function as a task in this environment: ``@env.task``,
+        ``@env.task(name=..., queue=...)`` or ``env.task(fn)``; the function is
+        returned as it is.
+
+        It stands in for one of your Celery tasks when named like it: by
+        ``name=``, or bare when its function name is that of exactly one task
+        of your app (``def charge_card`` for ``@app.task(name="shop.charge")
+        def charge_card``). Else it is a task of its own, named after the
+        function.
+        """
+
+        def register(f: Callable[P, R]) -> Callable[P, R]:
+            self.dispatcher.task(f, name=name or self._stands_in_for(f), queue=queue)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def _stands_in_for(self, fn: Callable[..., Any]) -> str | None:
+        """The name of the app's one task whose function is named like ``fn``
+        (None: none, or ``fn``'s own name is a task's name already)."""
+        own = getattr(fn, "__name__", None)
+        app = self.app
+        if app is None or not isinstance(own, str) or own in app.tasks:
+            return None
+        same = sorted(
+            task_name
+            for task_name, task in list(app.tasks.items())
+            if not task_name.startswith(("celery.", "pikku.", "pikku_"))
+            and getattr(getattr(task, "run", None), "__name__", None) == own
+        )
+        if len(same) > 1:
+            raise ValueError(
+                f"env.task: {own!r} is the function of several tasks of Celery app "
+                f"{app.main!r} ({', '.join(same)}): say which one it stands in for with "
+                f"@env.task(name=...)"
+            )
+        return same[0] if same else None
 
     # --- looking ---------------------------------------------------------------
     @property

@@ -8,6 +8,7 @@ database as it was.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,13 +92,38 @@ def test_check_migrate_and_test_through_manage_py(dev_database: sa.Engine) -> No
 
     tested = manage(dev_database, "test", "bakery", "--noinput", "-v", "2")
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "Ran 2 tests" in tested.stderr and "OK" in tested.stderr
+    assert "Ran 4 tests" in tested.stderr and "OK" in tested.stderr
     # The run and the order were written to the test database only ...
     with dev_database.connect() as conn:
         runs = conn.execute(sa.text("SELECT count(*) FROM pikku_workflow_run")).scalar_one()
         orders = conn.execute(sa.text("SELECT count(*) FROM bakery_order")).scalar_one()
     assert (runs, orders) == (0, 0)
+    workflows_found_as_celery_finds_tasks(dev_database)
     if dev_database.url.get_backend_name() == "sqlite":
         return  # Django's SQLite test database lives in memory
     # ... which Django could drop at the end: pikku held no connection to it.
     assert not database_exists(dev_database, f"test_{dev_database.url.database}")
+
+
+def shell(engine: sa.Engine, code: str) -> str:
+    """What ``code`` prints in ``manage.py shell``: a process of the project
+    that imports nothing but its settings (and what ``code`` imports)."""
+    done = manage(engine, "shell", "-c", code)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def workflows_found_as_celery_finds_tasks(engine: sa.Engine) -> None:
+    """``bakery/tasks.py`` is imported by Celery's ``autodiscover_tasks()``
+    only: starting its workflow by name, the CLI and the deploy check find it."""
+    get = "from pikku_celery.contrib.django import get_pikku; pikku = get_pikku(); "
+    run_id = shell(engine, get + "print(pikku.start('bakery.held_order').run_id)")
+    leases = manage(engine, "pikku_celery", "leases", "--json")
+    assert leases.returncode == 0, leases.stderr
+    assert "bakery.wrap" in {t for q in json.loads(leases.stdout)["queues"] for t in q["tasks"]}
+    checked = manage(engine, "pikku_celery", "runs", "check-deploy", "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert json.loads(checked.stdout)["checked"] == 1
+    handle = f"pikku.handle({run_id!r})"
+    ended = shell(engine, get + f"{handle}.signal('release', 'loaf'); print({handle}.wait(30))")
+    assert ended == "wrapped loaf"

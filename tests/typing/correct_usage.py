@@ -12,6 +12,7 @@ from example_project.app import pikku
 from example_project.shop.tasks import charge_card
 from example_project.shop.workflows import fulfil_order, ship_order
 from pikku_celery import Context, RunHandle, StepFailedError, StepHandle, Workflow
+from pikku_celery.testing import WorkflowTestEnv
 
 ORDER: dict[str, Any] = {"id": 1, "cents": 1999, "country": "FI", "lines": []}
 
@@ -83,3 +84,19 @@ def inside_a_body() -> None:
         return len(ctx.gather(first))
 
     assert_type(parent, Workflow[dict[str, Any], int])
+
+
+def stand_in_tasks(env: WorkflowTestEnv) -> None:
+    """``env.task`` (bare, with ``name=``, or called) keeps the function's type."""
+
+    @env.task
+    def charge(order_id: int, cents: int) -> str:
+        return f"charged {cents}"
+
+    @env.task(name="shop.label", queue="shipping")
+    def label(order_id: int) -> dict[str, int]:
+        return {"label": order_id}
+
+    assert_type(charge(1, 2), str)
+    assert_type(label(order_id=1), dict[str, int])
+    assert_type(env.task(len)("abc"), int)

@@ -12,6 +12,7 @@ from typing import Any
 from example_project.app import pikku
 from example_project.shop.workflows import fulfil_order, ship_order
 from pikku_celery import Context
+from pikku_celery.testing import WorkflowTestEnv
 
 ORDER: dict[str, Any] = {"id": 1, "cents": 1999, "country": "FI", "lines": []}
 
@@ -55,3 +56,19 @@ def inside_a_body() -> None:
         ctx.gather(handle)[0] + 1  # expect: operator
         ctx.gather(handle, return_exceptions=True)[0].get("parcel")  # expect: union-attr
         return shipped
+
+
+def stand_in_tasks(env: WorkflowTestEnv) -> None:
+    """``env.task`` keeps the function's signature: calls are checked."""
+
+    @env.task
+    def charge(order_id: int, cents: int) -> str:
+        return f"charged {cents}"
+
+    @env.task(name="shop.label")
+    def label(order_id: int) -> dict[str, int]:
+        return {"label": order_id}
+
+    charge("1", 2)  # expect: arg-type
+    charge(1)  # expect: call-arg
+    label(1).upper()  # expect: attr-defined

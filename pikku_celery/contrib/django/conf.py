@@ -35,7 +35,7 @@ from django.core.signals import setting_changed
 
 from ...engine.core import WorkflowEngine
 from ...sql.engines import make_engine
-from .follow import follow_django_database
+from .follow import close_before_create_or_drop, follow_django_database
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -271,12 +271,15 @@ def pikku_from_settings(app: Celery | None = None) -> Pikku:
     options.setdefault("upgrade_command", DJANGO_UPGRADE_COMMAND)
     if "store" in options or "engine" in options:
         # A store or engine given in OPTIONS says where the runs live.
-        return _build(app, conf["DATABASE_URL"], options)
-    if conf["DATABASE_URL"]:
-        return _build(app, str(conf["DATABASE_URL"]), options)
-    alias = str(conf["DATABASE"])
-    engine = follow_django_database(make_engine(database_url_for_alias(alias)), alias)
-    return _build(app, None, {**options, "engine": engine})
+        pikku = _build(app, conf["DATABASE_URL"], options)
+    elif conf["DATABASE_URL"]:
+        pikku = _build(app, str(conf["DATABASE_URL"]), options)
+    else:
+        alias = str(conf["DATABASE"])
+        engine = follow_django_database(make_engine(database_url_for_alias(alias)), alias)
+        pikku = _build(app, None, {**options, "engine": engine})
+    close_before_create_or_drop(pikku)
+    return pikku
 
 
 def _build(app: Celery, url: str | None, options: dict[str, Any]) -> Pikku:
@@ -322,6 +325,7 @@ def get_pikku() -> WorkflowEngine:
                 raise ImproperlyConfigured(
                     f"settings.{SETTING}['PIKKU'] must name a Pikku, not {type(obj).__name__}"
                 )
+            close_before_create_or_drop(obj)
             _pikku = obj
             return obj
         app = import_object(str(conf["CELERY_APP"]))

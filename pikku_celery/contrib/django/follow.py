@@ -8,19 +8,26 @@ pooled connection made for other settings is dropped at checkout (the pool's
 documented disconnect path), so pikku writes where Django's ORM writes.
 
 Before Django creates or drops a database it opens a connection that names
-no database; pikku then closes its idle connections, which PostgreSQL would
-otherwise count as users of the test database it is about to drop.
+no database (``destroy_test_db`` through ``_nodb_cursor``, which sends
+``connection_created``); pikku then closes every connection it holds there,
+the settle listener's LISTEN connection included (:meth:`Pikku.close`), which
+PostgreSQL would otherwise count as users of the test database it is about to
+drop. A Pikku is usable after closing, so the same moment before the test
+database is created costs nothing.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from django.db import connections
 from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.signals import connection_created
+
+if TYPE_CHECKING:
+    from ...engine.core import WorkflowEngine
 
 TARGET = "pikku_django_target"
 """Key in a pool record's ``info``: the settings its connection was made for."""
@@ -28,6 +35,13 @@ TARGET = "pikku_django_target"
 _KEYS = ("NAME", "HOST", "PORT", "USER", "PASSWORD", "OPTIONS")
 
 _following: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+_closing: weakref.WeakSet[WorkflowEngine] = weakref.WeakSet()
+
+
+def close_before_create_or_drop(pikku: WorkflowEngine) -> None:
+    """Close ``pikku`` (:meth:`~pikku_celery.Pikku.close`) whenever Django is
+    about to create or drop a database, as its test runner does."""
+    _closing.add(pikku)
 
 
 def target_of(alias: str) -> tuple[Any, ...]:
@@ -74,6 +88,8 @@ def follow_django_database(engine: sa.Engine, alias: str) -> sa.Engine:
 
 def _close_idle_before_create_or_drop(*, connection: Any, **_: Any) -> None:
     if getattr(connection, "alias", None) == NO_DB_ALIAS:
+        for pikku in list(_closing):
+            pikku.close()
         for engine in list(_following):
             engine.dispose(close=True)
 

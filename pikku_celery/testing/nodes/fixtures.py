@@ -241,8 +241,11 @@ def celery_setup_pikku_options() -> dict[str, Any]:
 
 @pytest.fixture
 def celery_setup_pikku_installers(local_node_settings: NodeSettings) -> list[str]:
-    """What registers the setup Pikku's workflows, here and in each worker:
-    ``"module:function"`` specs called with the Pikku (``pikku_celery_workflows``)."""
+    """What registers the setup Pikku's workflows, here and in each worker
+    (``pikku_celery_workflows``): ``"module:function"`` installers called with
+    the Pikku, or ``"module"`` / ``"module:pikku"`` naming your own module whose
+    ``@pikku.workflow`` functions are registered as they are (see
+    :func:`~pikku_celery.testing.nodes.app.installer`)."""
     return list(local_node_settings.workflows)
 
 

@@ -56,8 +56,10 @@ SETTINGS = (
         "pikku_celery_workflows",
         "PIKKU_CELERY_TEST_WORKFLOWS",
         "",
-        "installers of the workflows the celery_setup_pikku fixture and its workers "
-        "register: 'module:function' (or 'module', meaning its install), comma-separated",
+        "what registers the workflows of the celery_setup_pikku fixture and its workers, "
+        "comma-separated: 'module:function' (an install(pikku) function), 'module:pikku' "
+        "(the workflows defined on that Pikku), or 'module' (its install, else the "
+        "workflows of the one Pikku it holds)",
     ),
 )
 

@@ -1,4 +1,8 @@
-"""The project's Celery app. Its broker is closed: under task_always_eager nothing is sent."""
+"""The project's Celery app. Its broker is closed: under task_always_eager nothing is sent.
+
+Its tasks modules are found as Celery finds a Django project's: by
+``autodiscover_tasks()`` over the installed apps.
+"""
 
 from __future__ import annotations
 
@@ -10,3 +14,4 @@ app.conf.update(
     broker_connection_retry=False,
     task_always_eager=True,
 )
+app.autodiscover_tasks()

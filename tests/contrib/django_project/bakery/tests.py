@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from unittest import skipIf
 
 from django.db import connection
@@ -10,7 +11,7 @@ from django.test import TestCase, TransactionTestCase
 from pikku_celery import RunStatus
 
 from .models import Order
-from .workflows import pikku
+from .workflows import approval, bake_order, pikku
 
 
 def assert_the_run_is_in_djangos_database(test: TransactionTestCase, order_pk: int) -> None:
@@ -39,3 +40,22 @@ class PlaceOrderCommittedTests(TransactionTestCase):
         response = self.client.post("/orders/", {"cents": 250})
         self.assertEqual(response.status_code, 200)
         assert_the_run_is_in_djangos_database(self, response.json()["order"])
+
+
+class WaitForTheRunTests(TransactionTestCase):
+    """wait() listens for the run's end (LISTEN on PostgreSQL, on the test
+    database): that connection must be gone before Django drops it."""
+
+    def test_wait_returns_the_output_of_a_settled_run(self) -> None:
+        run = bake_order.start({"id": 7, "cents": 300})
+        self.assertEqual(run.wait(timeout=30), {"order": 7, "loaf": "loaf for 300"})
+
+    @skipIf(connection.vendor == "sqlite", "SQLite: the in-memory test database is one thread's")
+    def test_wait_wakes_when_another_thread_ends_the_run(self) -> None:
+        run = approval.start()
+        sender = threading.Thread(target=run.signal, args=("approve", "yes"))
+        sender.start()
+        try:
+            self.assertEqual(run.wait(timeout=30), "yes")
+        finally:
+            sender.join()

@@ -20,3 +20,9 @@ def bake(cents: int) -> str:
 @pikku.workflow(name="bakery.order")
 def bake_order(ctx: Context, order: dict[str, Any]) -> dict[str, Any]:
     return {"order": order["id"], "loaf": ctx.step("bake", bake, order["cents"])}
+
+
+@pikku.workflow(name="bakery.approval")
+def approval(ctx: Context) -> Any:
+    """Ends with the payload of the ``approve`` signal."""
+    return ctx.wait_for_signal("approve")

@@ -1,0 +1,1 @@
+"""A project whose workflows Celery finds through ``app.autodiscover_tasks``."""

@@ -1,0 +1,1 @@
+"""A package of the project: its ``tasks`` module is found by autodiscovery."""
