@@ -20,6 +20,7 @@ from ..store.rules import LEASE_BOUND_FACTOR, lease_lapsed
 from .eager import EagerOffer, eager_offer
 from .observe import Carrier
 from .orchestrate import advance
+from .outage import ride_out
 from .replay import error_info
 from .transactional import is_transactional, run_with_connection
 
@@ -79,8 +80,14 @@ def execute_step(
         engine.warn_short_lease(queue, lease_ms)
     claimed_ns = time.time_ns()
     try:
-        claimed = engine.store.claim_step(
-            step_id, task_name, engine.worker_id, lease_ms, run_id=run_id
+        # A claim that cannot reach the store waits here, its message unacked:
+        # the step starts the moment the store is back.
+        claimed = ride_out(
+            engine,
+            lambda: engine.store.claim_step(
+                step_id, task_name, engine.worker_id, lease_ms, run_id=run_id
+            ),
+            f"claiming step {step_id} of run {run_id}",
         )
     except WorkflowStepFunctionMismatchError as exc:
         log.error("refused a step message: %s", exc)
