@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -17,6 +18,13 @@ from tests.services import (
     SESSION_TAG,
     scratch_database,
     unavailable,
+)
+from tests.throwaway import (
+    ThrowawayPostgres,
+    ThrowawayRedis,
+    ThrowawayServerError,
+    throwaway_postgres,
+    throwaway_redis,
 )
 
 pytest_plugins = ("celery.contrib.pytest",)
@@ -94,3 +102,25 @@ def redis_client() -> Iterator[redis.Redis]:
 def redis_namespace(request: pytest.FixtureRequest) -> str:
     """A key namespace unique to this session and test."""
     return f"{SESSION_TAG}:{abs(hash(request.node.nodeid)) % 10**8}"
+
+
+@pytest.fixture(scope="module")
+def throwaway_pg() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL of the module's own, for tests that restart or crash it."""
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(throwaway_postgres())
+        except (ThrowawayServerError, OSError) as exc:
+            unavailable("throwaway postgresql", exc)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def throwaway_redis_server() -> Iterator[ThrowawayRedis]:
+    """A Redis of the module's own, for tests that restart or flush it."""
+    with ExitStack() as stack:
+        try:
+            server = stack.enter_context(throwaway_redis())
+        except (ThrowawayServerError, OSError) as exc:
+            unavailable("throwaway redis", exc)
+        yield server
