@@ -154,6 +154,8 @@ def _attempt(
             engine.keeper.drop(holding)
         if done is None:
             watch.refused()
+            if dispatch == BROKER:
+                _resend_if_claim_lost(engine, step)
             return None, None
         watch.recorded(outcome)
     engine.observers.step_attempted(step, outcome, ran)
@@ -176,6 +178,26 @@ def _advance_retrying(
             "store unavailable while recording step outcome; retrying: %s", exc
         ),
     )
+
+
+def _resend_if_claim_lost(engine: WorkflowEngine, step: StepState) -> None:
+    """The outcome was refused and the step is back where it stood before this
+    claim: a database crash lost the claim's asynchronous commit. Its message
+    was this one, about to be acked, so the step is sent again now rather
+    than when the sweep finds it (after ``message_grace``)."""
+    try:
+        now = engine.store.get_step(step.id)
+    except Exception as exc:
+        if engine.is_transient(exc):
+            return  # the sweep sends it once the store is back
+        raise
+    if now is not None and now.status == StepStatus.SCHEDULED and now.attempt < step.attempt:
+        log.warning(
+            "step %s of run %s: its claim was lost (a database crash); sending it again",
+            step.name,
+            step.run_id,
+        )
+        engine.dispatcher.send_step(now)
 
 
 def _wants_transaction(body: StepBody, step: StepState) -> bool:

@@ -24,7 +24,8 @@ from pikku_celery.engine import call_with
 from pikku_celery.store import StepStatus
 from pikku_celery.web.app import create_app
 from tests.lease.tcp_proxy import TcpProxy
-from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
+
+from .support import through
 
 SHORT = 0.5
 """The outage timeout of the calls that are to give up."""
@@ -57,35 +58,14 @@ def drive(pikku: Pikku, run_id: str) -> None:
             pikku.execute_step(run_id, step.id, step.task_name or "", call_with(echo))
 
 
-@pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    from pikku_celery.store.migrate import upgrade
-
-    with scratch_database(PG_ADMIN_URL, f"{SESSION_TAG}_cut") as url:
-        upgrade(url)
-        yield url
-
-
 @pytest.fixture
-def proxy(database: str) -> Iterator[TcpProxy]:
-    target = sa.make_url(database)
-    line = TcpProxy(target.host or "127.0.0.1", target.port or 5432)
-    yield line
-    line.close()
-
-
-def through(proxy: TcpProxy, database: str) -> str:
-    return sa.make_url(database).set(port=proxy.port).render_as_string(hide_password=False)
-
-
-@pytest.fixture
-def pikkus(proxy: TcpProxy, database: str) -> Iterator[tuple[Pikku, Pikku, Pikku]]:
+def pikkus(proxy: TcpProxy, outage_database: str) -> Iterator[tuple[Pikku, Pikku, Pikku]]:
     """Through the line: one that gives up soon, one that rides out longer;
     and one straight to the database (a worker the outage does not reach)."""
     made = (
-        build(through(proxy, database), SHORT),
-        build(through(proxy, database), OUTAGE * 6),
-        build(database, 1.0),
+        build(through(proxy, outage_database), SHORT),
+        build(through(proxy, outage_database), OUTAGE * 6),
+        build(outage_database, 1.0),
     )
     yield made
     for pikku in made:
