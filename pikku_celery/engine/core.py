@@ -304,6 +304,9 @@ class WorkflowEngine:
             run, created = ride_out(
                 self, lambda: self.store.create_run(new), f"starting workflow {wf.name!r}"
             )
+            # The run the key names is this call's own when a try the outage
+            # cut off had stored it after all: it still needs its first pass.
+            created = created or run.id == new.id
             starting.created(run, created)
             if created:
                 ride_out(
@@ -318,17 +321,15 @@ class WorkflowEngine:
     def _first_pass(self, new: NewRun, tries: list[int]) -> RunState | None:
         """The pass that creates ``new``, the run it made (None: superseded).
 
-        Taken again after an outage (``tries`` counts them), unless the try
-        the outage cut off had been stored after all: a connection lost
-        while its commit was on the way. The sweep sends what that pass
-        decided, as after a crash before publishing."""
-        if tries:
-            stored = self.store.get_run(new.id)
-            if stored is not None:
-                return stored
+        Taken again after an outage (``tries`` counts them). When the try the
+        outage cut off had stored the run after all (a connection lost while
+        its commit was on the way), the pass is taken on the stored run: a
+        pass decides nothing twice, and the sweep sends any message that
+        try had not sent yet."""
+        stored = self.store.get_run(new.id) if tries else None
         tries.append(1)
-        passed = advance(self, new.id, None, reason="start", start=new)
-        return None if passed is None else passed.run
+        passed = advance(self, new.id, None, reason="start", start=None if stored else new)
+        return passed.run if passed is not None else stored
 
     def handle(self, run_id: str) -> RunHandle[Any]:
         """A :class:`RunHandle` for a run id (checked to be a run id, not looked up)."""

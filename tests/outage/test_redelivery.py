@@ -27,6 +27,16 @@ OUTAGE = 2.5
 """Longer than the app's ``outage_timeout``: the message goes round again."""
 
 
+@pytest.fixture(autouse=True)
+def root_level_kept() -> Iterator[None]:
+    """Celery's test worker sets the root logger's level (to ERROR): put it
+    back, or later tests' log captures miss their warnings."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
+
+
 @pytest.fixture
 def celery_config() -> dict[str, Any]:
     return memory_broker_config()
