@@ -24,6 +24,7 @@ from django.test import Client, override_settings
 
 from pikku_celery import StoreUnavailableError
 from pikku_celery.cli import main
+from pikku_celery.contrib.django import start_on_commit
 from pikku_celery.web.api import RETRY_AFTER_SECONDS
 from pikku_celery.web.app import create_app
 
@@ -53,6 +54,7 @@ CALLS: dict[str, Callable[[], Any]] = {
     "cancel": lambda: pikku.cancel(RUN_ID),
     "retry": lambda: pikku.retry(RUN_ID),
     "durable_run.wait": lambda: pikku.durable_run(RUN_ID).wait(timeout=1.0),
+    "Django start_on_commit": lambda: start_on_commit(down_app.flow, "x"),
 }
 
 
