@@ -3,12 +3,14 @@
 Each pytest session makes its own PostgreSQL and MariaDB databases and its own
 Redis key prefix, and drops them afterwards. In CI (``CI=true``) a service
 that cannot be reached fails the test; elsewhere it skips it.
+
+These servers are shared with other developers: nothing here restarts, stops
+or flushes them. A test that must do so starts its own (:mod:`tests.throwaway`).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +21,14 @@ import sqlalchemy as sa
 from tests.helpers import wait_until
 
 SESSION_TAG = f"pikku_t{uuid.uuid4().hex[:10]}"
+
+# Every PostgreSQL connection of the session (worker subprocesses inherit the
+# environment) names the session, so it can be counted and told apart from
+# other developers' (tests/pg_connection_cap.py). A pytest run started inside
+# a test keeps its parent's name: its connections are the parent's too.
+if not os.environ.get("PGAPPNAME", "").startswith("pikku_t"):
+    os.environ["PGAPPNAME"] = SESSION_TAG
+SUITE_APP_NAME = os.environ["PGAPPNAME"]
 
 PG_ADMIN_URL = os.environ.get(
     "PIKKU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -39,7 +49,7 @@ def unavailable(service: str, exc: BaseException) -> None:
 @contextmanager
 def scratch_database(admin_url: str, name: str) -> Iterator[str]:
     """Create database ``name`` on the server of ``admin_url``; drop it after."""
-    # No pool: the server may be restarted while the database is in use.
+    # No pool: one short connection to create the database, one to drop it.
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     url = sa.engine.make_url(admin_url).set(database=name)
     try:
@@ -66,10 +76,19 @@ def scratch_database(admin_url: str, name: str) -> Iterator[str]:
 
 def terminate_backend(engine: sa.Engine, pid: int) -> None:
     """Kill one PostgreSQL backend (as a failover or an admin would) and wait
-    until the server has let it go."""
+    until the server has let it go.
+
+    Only one of this session's own (by its application_name): on the shared
+    server, never another developer's connection."""
+    kill = sa.text(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE pid = :pid AND application_name = :app"
+    )
     with engine.connect() as admin:
-        admin.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        killed = admin.execute(kill, {"pid": pid, "app": SUITE_APP_NAME}).scalar()
         admin.commit()
+    if not killed:
+        raise AssertionError(f"backend {pid} is not one of this session's ({SUITE_APP_NAME})")
 
     def gone() -> bool:
         with engine.connect() as admin:
@@ -79,15 +98,3 @@ def terminate_backend(engine: sa.Engine, pid: int) -> None:
         return row is None
 
     wait_until(gone, timeout=10)
-
-
-def restart_postgres(mode: str = "fast") -> None:
-    """Restart the local PostgreSQL cluster (``-m fast``: a clean stop;
-    ``-m immediate``: a crash, recovered from the WAL at start-up)."""
-    version = sorted(os.listdir("/etc/postgresql"))[0]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", mode],
-        check=True,
-        timeout=120,
-        capture_output=True,
-    )

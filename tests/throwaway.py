@@ -30,7 +30,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import redis
 import sqlalchemy as sa
+
+from tests.helpers import wait_until
 
 STOP_MODES = ("smart", "fast", "immediate")
 _PG_TIMEOUT = 60
@@ -219,8 +222,6 @@ class ThrowawayRedis:
 
     def start(self) -> None:
         """Start ``redis-server`` and wait until it answers."""
-        import redis
-
         binary = shutil.which("redis-server")
         if binary is None:
             raise ThrowawayServerError("redis-server not found")
@@ -230,17 +231,16 @@ class ThrowawayRedis:
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.root
         )
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
+
+        def answers() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                raise ThrowawayServerError(f"redis-server exited ({self.process.returncode})")
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                return False
+
         try:
-            from tests.helpers import wait_until
-
-            def answers() -> bool:
-                if self.process is not None and self.process.poll() is not None:
-                    raise ThrowawayServerError(f"redis-server exited ({self.process.returncode})")
-                try:
-                    return bool(client.ping())
-                except redis.ConnectionError:
-                    return False
-
             wait_until(answers, timeout=20, interval=0.05)
         finally:
             client.close()

@@ -1,5 +1,9 @@
 """A real worker and beat for the canvas tests: Redis broker and result
-backend, PostgreSQL store, the canvas tasks of :mod:`tests.canvas.canvasapp`."""
+backend, PostgreSQL store, the canvas tasks of :mod:`tests.canvas.canvasapp`.
+
+The broker, the result backend and the records are databases of a throwaway Redis of the
+module's own (:mod:`tests.throwaway`): the broker-loss test flushes a whole
+database, which on the shared Redis would lose other sessions' messages too."""
 
 from __future__ import annotations
 
@@ -16,16 +20,18 @@ import sqlalchemy as sa
 from pikku_celery.store.schema import metadata
 from tests.celery import realapp
 from tests.celery.workers import CeleryProcess, beat, worker
-from tests.services import REDIS_URL, SESSION_TAG, unavailable
+from tests.services import SESSION_TAG
+from tests.throwaway import ThrowawayRedis
 
-BROKER_DB = 14  # flushed by the broker-loss test: nothing else lives there
-BACKEND_DB = 15  # plain Celery's results (the semantic table)
+BROKER_DB = 0  # flushed by the broker-loss test: nothing else lives there
+BACKEND_DB = 1  # plain Celery's results (the semantic table)
+RECORDS_DB = 2  # what the canvas tasks saw
 VISIBILITY = 3.0
 SWEEP = 1.0
 
 
-def redis_db(db: int) -> str:
-    return REDIS_URL.rsplit("/", 1)[0] + f"/{db}"
+def redis_db(server: ThrowawayRedis, db: int) -> str:
+    return server.url.rsplit("/", 1)[0] + f"/{db}"
 
 
 @dataclass
@@ -74,17 +80,16 @@ def canvas_tables(postgres_url: str) -> str:
 
 @pytest.fixture
 def canvas_cluster(
-    request: pytest.FixtureRequest, canvas_tables: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    canvas_tables: str,
+    tmp_path: Path,
+    throwaway_redis_server: ThrowawayRedis,
 ) -> Iterator[CanvasCluster]:
-    broker = redis_db(BROKER_DB)
-    try:
-        redis.Redis.from_url(broker).ping()
-    except Exception as exc:
-        unavailable("redis", exc)
-    records_url = REDIS_URL
+    broker = redis_db(throwaway_redis_server, BROKER_DB)
+    records_url = redis_db(throwaway_redis_server, RECORDS_DB)
     env = {
         "PIKKU_T_BROKER": broker,
-        "PIKKU_T_BACKEND": redis_db(BACKEND_DB),
+        "PIKKU_T_BACKEND": redis_db(throwaway_redis_server, BACKEND_DB),
         "PIKKU_T_DATABASE": canvas_tables,
         "PIKKU_T_QUEUE": f"{SESSION_TAG}-canvas-{request.node.name[:24]}",
         "PIKKU_T_VISIBILITY": str(VISIBILITY),

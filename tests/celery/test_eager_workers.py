@@ -2,7 +2,9 @@
 
 What runs eagerly and what travels as a message, the durable commits a step
 costs (counted on the server, in the write-ahead log), the budget, a warm
-shutdown, and the crash cases: a worker SIGKILLed or SIGSTOPped mid-eager-step.
+shutdown, and the crash cases: a worker SIGKILLed or SIGSTOPped mid-eager-step,
+PostgreSQL crashed. The store is a throwaway PostgreSQL of the module's own
+(:mod:`tests.throwaway`), so the crash never touches the shared server.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pikku_celery.store import AttemptStatus
 from pikku_celery.store.model import BROKER, EAGER
 from pikku_celery.testing.nodes import LocalRedisContainer
 from tests.helpers import wait_until
-from tests.services import PG_ADMIN_URL, SESSION_TAG, restart_postgres
+from tests.services import SESSION_TAG
+from tests.throwaway import ThrowawayPostgres
 
 from . import eagerapp, realapp
 from .test_real_workers import _broker, pg_tables, tear_down  # noqa: F401 - a fixture
@@ -120,8 +123,8 @@ def waited(cluster: Cluster, run: Any, timeout: float = 60) -> Any:
 
 
 @pytest.fixture(scope="module")
-def wal() -> Iterator[sa.Engine]:
-    engine = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+def wal(throwaway_pg: ThrowawayPostgres) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(throwaway_pg.url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
     yield engine
@@ -261,7 +264,9 @@ def test_a_stopped_eager_attempt_lands_nothing_once_superseded(cluster: Cluster)
 
 
 @pytest.mark.parametrize("cluster", ["redis"], indirect=True)  # crashes: one broker
-def test_every_ledger_row_once_across_an_immediate_postgresql_restart(cluster: Cluster) -> None:
+def test_every_ledger_row_once_across_an_immediate_postgresql_restart(
+    cluster: Cluster, throwaway_pg: ThrowawayPostgres
+) -> None:
     """Claims commit asynchronously: a crash (``-m immediate``, no checkpoint)
     may lose some, and their steps then run again under a new claim id. Every
     run still completes, and each transactional step's ledger row, committed
@@ -273,7 +278,7 @@ def test_every_ledger_row_once_across_an_immediate_postgresql_restart(cluster: C
     keys = [f"crash-{cluster.kind}-{i}" for i in range(20)]
     runs = [ledger_five.start(key) for key in keys]
     wait_until(lambda: sum(len(r.steps()) for r in runs) > 20, timeout=30)
-    restart_postgres("immediate")  # a crash: asynchronous claims may be lost
+    throwaway_pg.restart("immediate")  # a crash: asynchronous claims may be lost
     for r in runs:
         try:
             wait_until(lambda r=r: _settled(r), timeout=120)

@@ -5,7 +5,9 @@ restarted under running workflows; every run still ends, with each step's
 outcome written once, by its current attempt. Workers and brokers are the
 local nodes of pikku's pytest-celery plugin: a Redis broker is a key prefix
 of its own (flushing it loses this test's messages only), a RabbitMQ broker
-the server's default virtual host with this test's queues.
+the server's default virtual host with this test's queues. The store is a
+throwaway PostgreSQL of the module's own (:mod:`tests.throwaway`): the
+restart must never touch the shared server.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pikku_celery.store import AttemptStatus, RunStatus, StepKind
 from pikku_celery.store.schema import metadata
 from pikku_celery.testing.nodes import LocalRabbitMQContainer, LocalRedisContainer
 from tests.helpers import wait_until
-from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, restart_postgres, unavailable
+from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, unavailable
+from tests.throwaway import ThrowawayPostgres
 
 from . import realapp
 from .workers import CeleryProcess, beat, worker
@@ -65,8 +68,9 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def pg_tables(postgres_url: str) -> str:
-    engine = sa.create_engine(postgres_url)
+def pg_tables(throwaway_pg: ThrowawayPostgres) -> str:
+    postgres_url = throwaway_pg.database_url(SESSION_TAG)
+    engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
     metadata.create_all(engine)
     realapp.side_effects.create(engine, checkfirst=True)
     realapp.ledger.create(engine, checkfirst=True)
@@ -241,11 +245,13 @@ def test_all_runs_complete_after_the_broker_is_flushed(cluster: Cluster) -> None
 
 
 @pytest.mark.parametrize("cluster", ["redis"], indirect=True)
-def test_all_runs_complete_across_a_postgresql_restart(cluster: Cluster) -> None:
+def test_all_runs_complete_across_a_postgresql_restart(
+    cluster: Cluster, throwaway_pg: ThrowawayPostgres
+) -> None:
     five = cluster.app.workflows["five"]
     runs = [five.start(100 + i) for i in range(20)]
     wait_until(lambda: any(len(r.steps()) > 2 for r in runs), timeout=30)
-    restart_postgres("fast")
+    throwaway_pg.restart("fast")
     for i, r in enumerate(runs):
         try:
             assert wait_until(lambda r=r: _settled(r), timeout=120)

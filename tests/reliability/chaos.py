@@ -1,7 +1,8 @@
 """The chaos suite: many workflows on real workers while everything breaks.
 
 N five-step workflows (:mod:`tests.reliability.chaosapp`) run on a Redis
-broker node (a key prefix of its own) and a PostgreSQL store with several
+broker node (a key prefix of its own) and a PostgreSQL store (a throwaway
+server of the run's own, :mod:`tests.throwaway`: the run crashes it) with several
 ``celery worker`` nodes and a ``celery beat`` (pikku's local pytest-celery
 nodes, :mod:`tests.celery.workers`). For the length of the chaos window a
 killer SIGKILLs a worker's process group every few seconds and starts a
@@ -60,7 +61,8 @@ from pikku_celery.store.schema import attempt_table, metadata, run_table, step_t
 from pikku_celery.testing.nodes import LocalRedisContainer, LocalWorkerContainer
 from tests.celery.workers import BeatProcess, WorkerProcess, beat, worker
 from tests.helpers import wait_until
-from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, restart_postgres, scratch_database
+from tests.services import REDIS_URL, SESSION_TAG
+from tests.throwaway import ThrowawayPostgres, throwaway_postgres
 
 from . import chaosapp
 
@@ -452,7 +454,7 @@ class _Chaos:
     def restart_postgres(self) -> None:
         self.summary.steps_running_at_restart = self.when_busy()
         began = time.monotonic()
-        restart_postgres("immediate")  # a crash: asynchronous claims may be lost
+        self.server.restart("immediate")  # a crash: asynchronous claims may be lost
         self.summary.postgres_restart_seconds = time.monotonic() - began
         self.summary.restarted_postgres = True
         self.log(
@@ -474,7 +476,9 @@ class _Chaos:
     # --- the whole thing -------------------------------------------------------
     def run(self) -> ChaosSummary:
         cfg = self.cfg
-        with scratch_database(PG_ADMIN_URL, self.tag) as url:
+        with throwaway_postgres() as server:
+            self.server: ThrowawayPostgres = server
+            url = server.database_url(self.tag)
             setup = sa.create_engine(url, poolclass=sa.pool.NullPool)
             metadata.create_all(setup)
             chaosapp.ledger.create(setup)
@@ -796,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
         keep_logs=args.keep_logs,
         workdir=args.workdir,
     )
-    # Stop cleanly (workers killed, scratch database dropped) on SIGTERM, and
+    # Stop cleanly (workers killed, throwaway PostgreSQL removed) on SIGTERM, and
     # on SIGINT even when started in the background, where it is ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

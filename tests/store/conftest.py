@@ -26,7 +26,8 @@ def migrated_engine(admin_url: str, name: str) -> Iterator[sa.Engine]:
 
     with scratch_database(admin_url, name) as url:
         upgrade(url)
-        engine = make_engine(url, pool_size=40, max_overflow=20)
+        # Few idle connections kept between tests (the server is shared).
+        engine = make_engine(url, pool_size=2, max_overflow=26)
         try:
             yield engine
         finally:
