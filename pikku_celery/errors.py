@@ -47,7 +47,15 @@ class StoreError(PikkuError):
 
 
 class StoreUnavailableError(StoreError):
-    """The workflow database cannot be reached (down, wrong host or port)."""
+    """The workflow database cannot be reached (down, restarting, wrong host or port).
+
+    Public calls (``start``, ``send_signal``, ``cancel``, ``retry``, the
+    reads and ``wait`` of a :class:`~pikku_celery.RunHandle`, the page's API)
+    wait out an outage first, for their timeout or the engine's
+    ``outage_timeout``, and raise this once it lasts longer; never the
+    driver's own exception. The web API answers it with 503 and
+    ``Retry-After``. See ``docs/outages.md``.
+    """
 
 
 class SchemaMissingError(StoreError):

@@ -52,7 +52,10 @@ class RetryPolicy:
                 if on_retry is not None:
                     on_retry(exc)
                 if pause > 0:
-                    time.sleep(pause)  # nothing else to do until the cause passes
+                    # nothing else to do until the cause passes; the last pause
+                    # ends at the time bound, for one call there
+                    left = None if deadline is None else deadline - time.monotonic()
+                    time.sleep(pause if left is None else max(0.0, min(pause, left)))
                     pause = min(pause * 2, self.max_pause)
 
 

@@ -65,6 +65,7 @@ BLOCKS = {
     "leases": "step_lease=60.0,",
     "embedded_broker": 'broker="sqlite-queue:///broker.db"',
     "closing": "pikku.close()  # idempotent",
+    "outage": "except StoreUnavailableError:",
 }
 
 Namespace = dict[str, Any]
@@ -637,6 +638,27 @@ def scenario_closing(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     return {"done": namespace["done"], "after_close": after}
 
 
+def scenario_outage(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The outages page's block with the database down (nothing listens on
+    port 9): the start gives up with StoreUnavailableError, stores nothing."""
+    from celery import Celery
+
+    from pikku_celery import Pikku
+
+    app = Celery("outage", broker="memory://", set_as_current=False)
+    url = "postgresql+psycopg://127.0.0.1:9/shop"
+    pikku = Pikku(app, database_url=url, outage_timeout=0.3)
+
+    @pikku.workflow
+    def fulfil_order(ctx: Any, order: dict[str, Any]) -> dict[str, Any]:
+        return order
+
+    namespace: Namespace = {"fulfil_order": fulfil_order, "order": {"id": 7, "cents": 1999}}
+    began = time.monotonic()
+    run_block(blocks["outage"], "outage", namespace)
+    return {"started": "handle" in namespace, "waited": time.monotonic() - began}
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "handles": scenario_handles,
@@ -653,6 +675,7 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "leases": scenario_leases,
     "embedded_broker": scenario_embedded_broker,
     "closing": scenario_closing,
+    "outage": scenario_outage,
 }
 
 

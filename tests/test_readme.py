@@ -208,6 +208,14 @@ def test_the_closing_block_closes_twice_and_the_pikku_still_serves(tmp_path: Pat
     assert set(report["done"]) == set(report["after_close"]) == {"charge", "label"}
 
 
+def test_the_outage_block_gives_up_after_outage_timeout_with_nothing_started(
+    tmp_path: Path,
+) -> None:
+    report = run_scenario("outage", tmp_path)
+    assert report["started"] is False
+    assert report["waited"] >= 0.3  # it waited out outage_timeout first
+
+
 def test_the_durable_canvas_block_runs_its_chain_and_chord(tmp_path: Path) -> None:
     report = run_scenario("canvas", tmp_path)
     assert report["printed"] == [

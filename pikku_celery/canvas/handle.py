@@ -6,6 +6,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..engine.handle import RunHandle
+from ..engine.outage import ride_out
 from ..errors import WorkflowFailedError
 from ..store.model import step_id_for
 from .tasks import rebuild_exception
@@ -49,7 +50,10 @@ class CanvasRun(RunHandle[Any]):
         found = _NODE_FAILED.fullmatch(str(error.get("message", "")))
         if error.get("type") != "StepFailedError" or found is None:
             return failed
-        step = self.engine.store.get_step(step_id_for(self.run_id, found["step"]))
+        step_id = step_id_for(self.run_id, found["step"])
+        step = ride_out(
+            self.engine, lambda: self.engine.store.get_step(step_id), f"reading step {step_id}"
+        )
         task_name = step.task_name if step is not None else None
         error = {"type": found["type"], "message": found["message"]}
         return rebuild_exception(self.engine.app, task_name, error)

@@ -18,6 +18,7 @@ from ..canvas.handle import CanvasRun
 from ..canvas.start import start as start_canvas
 from ..canvas.tasks import install as install_canvas
 from ..engine.core import WorkflowEngine
+from ..engine.outage import ride_out
 from ..engine.sweep import SweepReport
 from ..errors import (
     InvalidIdError,
@@ -40,6 +41,7 @@ from .dispatcher import (
 )
 from .loading import import_task_modules
 from .messages import InvalidMessageError, message_trace, orchestrate_message, step_message
+from .outage import redeliver_later
 from .queues import DEFAULT_STEP_LEASE, QueueLease, QueueLeases
 from .step_body import CeleryStepBody
 
@@ -176,6 +178,11 @@ class Pikku(WorkflowEngine):
         # for the whole horizon, still holds a lease no longer than them.
         return round(LEASE_BOUND_FACTOR * self.queue_leases.longest_horizon() * 1000)
 
+    def max_countdown(self, queue: str | None) -> float:
+        """The longest countdown a message to ``queue`` may wait: under the
+        broker's redelivery horizon for it."""
+        return self.dispatcher.max_countdown(queue)
+
     def durable(self, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
         """Run a Celery canvas (signature, chain, group, chord, nested) durably.
 
@@ -200,20 +207,31 @@ class Pikku(WorkflowEngine):
             "ignore_result": True,
             "acks_late": True,
             "reject_on_worker_lost": True,
+            # A message sent again through a store outage spends no retry budget.
+            "max_retries": None,
         }
 
         self._common_options = common
         run_step = self._run_step_task(RUN_STEP)
         app.on_after_finalize.connect(self._add_rate_limited_run_steps, weak=False)
 
-        @app.task(name=ORCHESTRATE, shared=False, **common)
-        def orchestrate(*args: Any, **kwargs: Any) -> None:
+        @app.task(name=ORCHESTRATE, bind=True, shared=False, **common)
+        def orchestrate(self: Any, *args: Any, **kwargs: Any) -> None:
             """One orchestration pass of the run (a wake-up)."""
             try:
                 run_id, reason = orchestrate_message(args, kwargs)
-                pikku.orchestrate(run_id, reason, trace=message_trace(orchestrate.request))
+                trace = message_trace(self.request)
+                ride_out(
+                    pikku,
+                    lambda: pikku.orchestrate(run_id, reason, trace=trace),
+                    f"a pass of run {run_id}",
+                )
             except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
                 log.error("refused an orchestrate message %r %r: %s", args, kwargs, exc)
+            except Exception as exc:
+                if not pikku.is_transient(exc):
+                    raise
+                redeliver_later(self, exc, pikku.max_countdown(pikku.orchestration_queue))
 
         @app.task(name=SWEEP, shared=False, **common)
         def sweep() -> dict[str, Any]:
@@ -241,6 +259,11 @@ class Pikku(WorkflowEngine):
                 pikku.execute_step(run_id, step_id, task_name, body, queue, trace=trace)
             except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
                 log.error("refused a step message %r %r: %s", args, kwargs, exc)
+            except Exception as exc:
+                if not pikku.is_transient(exc):
+                    raise
+                queue = step_message(args, kwargs)[3]
+                redeliver_later(self, exc, pikku.max_countdown(queue))
 
         return run_step
 

@@ -55,7 +55,9 @@ with its status, never Flask's HTML page: bad input is a 4xx (400
 ``bad_request``, ``invalid_body``, ``invalid_json``, ``invalid_payload`` or
 ``invalid_run_id``; 403 ``forbidden``; 404 ``unknown_workflow`` or
 ``unknown_run``; 409 ``run_settled`` or ``conflict``; 413
-``payload_too_large``; 415 ``unsupported_media_type``), never a 500. A path
+``payload_too_large``; 415 ``unsupported_media_type``), never a 500. A
+database that stays unreachable for the engine's ``outage_timeout`` is 503
+``store_unavailable`` with ``Retry-After`` (see ``docs/outages.md``). A path
 under the blueprint that matches no endpoint is 404 ``not_found``, a method
 an endpoint does not take is 405 ``method_not_allowed`` (with ``Allow``);
 the app's other routes keep their own error pages. A bug is 500

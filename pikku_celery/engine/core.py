@@ -17,6 +17,7 @@ from ..errors import (
     IdempotencyKeyReusedError,
     InvalidRunIdError,
     RunSettledError,
+    StoreUnavailableError,
     UnknownWorkflowError,
 )
 from ..lease.base import LeaseService, positive_seconds
@@ -34,6 +35,7 @@ from .keeper import StepLeaseKeeper
 from .limits import Limits
 from .observe import Carrier, Observers
 from .orchestrate import advance, orchestrate
+from .outage import ride_out
 from .sweep import SweepReport, sweep
 from .workflow import Workflow, WorkflowDecorator, WorkflowFunction, WorkflowRegistry
 
@@ -76,6 +78,7 @@ class WorkflowEngine:
         idle_after: float = 60.0,
         max_input_bytes: int = 1_000_000,
         outcome_retry: float = 60.0,
+        outage_timeout: float = 10.0,
         sweep_max_backoff: float = 300.0,
         max_steps_per_run: int = Limits.max_steps_per_run,
         max_children_per_run: int = Limits.max_children_per_run,
@@ -117,6 +120,11 @@ class WorkflowEngine:
         self.idle_after = idle_after
         self.max_input_bytes = max_input_bytes
         self.outcome_retry = outcome_retry
+        if not outage_timeout >= 0:
+            raise ValueError(f"outage_timeout must be 0 or more, not {outage_timeout!r}")
+        self.outage_timeout = outage_timeout
+        """How long a call from outside a worker (start, signal, cancel, a read)
+        waits out a store outage before raising :class:`StoreUnavailableError`."""
         if not sweep_max_backoff >= sweep_backoff:
             raise ValueError(
                 f"sweep_max_backoff ({sweep_max_backoff!r}) must be >= sweep_backoff "
@@ -319,14 +327,26 @@ class WorkflowEngine:
             if idempotency_key is None:
                 # Created by its first pass: in one write where the store can.
                 began = time.monotonic()
-                passed = advance(self, new.id, None, reason="start", start=new)
-                if passed is not None:
-                    starting.created(passed.run, True)
+                tries: list[int] = []
+                created_run = ride_out(
+                    self, lambda: self._first_pass(new, tries), f"starting workflow {wf.name!r}"
+                )
+                if created_run is not None:
+                    starting.created(created_run, True)
                 return RunHandle(self, new.id, started_at=began)
-            run, created = self.store.create_run(new)
+            run, created = ride_out(
+                self, lambda: self.store.create_run(new), f"starting workflow {wf.name!r}"
+            )
+            # The run the key names is this call's own when a try the outage
+            # cut off had stored it after all: it still needs its first pass.
+            created = created or run.id == new.id
             starting.created(run, created)
             if created:
-                advance(self, run.id, None, reason="start")
+                ride_out(
+                    self,
+                    lambda: advance(self, run.id, None, reason="start"),
+                    f"the first pass of run {run.id}",
+                )
         if not created and idempotency_key is not None and run.input != json.loads(text):
             raise IdempotencyKeyReusedError(wf.name, idempotency_key, run.id)
         return RunHandle(self, run.id)
@@ -353,6 +373,19 @@ class WorkflowEngine:
             self._result_limit = limit
         return self._result_limit
 
+    def _first_pass(self, new: NewRun, tries: list[int]) -> RunState | None:
+        """The pass that creates ``new``, the run it made (None: superseded).
+
+        Taken again after an outage (``tries`` counts them). When the try the
+        outage cut off had stored the run after all (a connection lost while
+        its commit was on the way), the pass is taken on the stored run: a
+        pass decides nothing twice, and the sweep sends any message that
+        try had not sent yet."""
+        stored = self.store.get_run(new.id) if tries else None
+        tries.append(1)
+        passed = advance(self, new.id, None, reason="start", start=None if stored else new)
+        return passed.run if passed is not None else stored
+
     def handle(self, run_id: str) -> RunHandle[Any]:
         """A :class:`RunHandle` for a run id (checked to be a run id, not looked up)."""
         return RunHandle(self, parse_run_id(run_id))
@@ -363,13 +396,19 @@ class WorkflowEngine:
         :class:`SignalAlreadySentError` (the same payload again is a no-op)."""
         check_name(name, "signal name", MAX_SIGNAL_NAME_LENGTH)
         self.check_input(payload, f"signal {name!r}", "payload")
-        run = self.store.send_signal(parse_run_id(run_id), name, payload)
+        rid = parse_run_id(run_id)
+        run = ride_out(
+            self,
+            lambda: self.store.send_signal(rid, name, payload),
+            f"sending signal {name!r} to run {rid}",
+        )
         self.dispatcher.wake_run(run.id, reason="signal")
         return run
 
     def cancel(self, run_id: str) -> RunState:
         """Ask a run to end as cancelled (its children too). A settled run refuses."""
-        run = self.store.request_cancel(parse_run_id(run_id))
+        rid = parse_run_id(run_id)
+        run = ride_out(self, lambda: self.store.request_cancel(rid), f"cancelling run {rid}")
         if run.status.terminal:
             raise RunSettledError(f"workflow run {run.id} is already {run.status}")
         self.dispatcher.wake_run(run.id, reason="cancel")
@@ -377,7 +416,8 @@ class WorkflowEngine:
 
     def retry(self, run_id: str) -> RunState:
         """Resume a failed run from its failed steps, with fresh attempts."""
-        run = self.store.retry_run(parse_run_id(run_id))
+        rid = parse_run_id(run_id)
+        run = ride_out(self, lambda: self.store.retry_run(rid), f"retrying run {rid}")
         self.dispatcher.wake_run(run.id, reason="retry")
         return run
 
@@ -433,7 +473,10 @@ class WorkflowEngine:
         self.close()
 
     def is_transient(self, exc: BaseException) -> bool:
-        """Whether the store calls ``exc`` passing (a lost connection, a restart)."""
+        """Whether ``exc`` is passing: the store unreachable, or an error the
+        store calls passing (a lost connection, a restart)."""
+        if isinstance(exc, StoreUnavailableError):
+            return True
         check = self.capabilities.transient
         return check is not None and check.is_transient(exc)
 

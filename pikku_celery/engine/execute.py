@@ -20,6 +20,7 @@ from ..store.rules import lease_lapsed
 from .eager import EagerOffer, eager_offer
 from .observe import Carrier
 from .orchestrate import advance
+from .outage import ride_out
 from .replay import error_info
 from .transactional import is_transactional, run_with_connection
 
@@ -79,13 +80,19 @@ def execute_step(
         engine.warn_short_lease(queue, lease_ms)
     claimed_ns = time.time_ns()
     try:
-        claimed = engine.store.claim_step(
-            step_id,
-            task_name,
-            engine.worker_id,
-            lease_ms,
-            run_id=run_id,
-            bound_ms=engine.lease_bound_ms(),
+        # A claim that cannot reach the store waits here, its message unacked:
+        # the step starts the moment the store is back.
+        claimed = ride_out(
+            engine,
+            lambda: engine.store.claim_step(
+                step_id,
+                task_name,
+                engine.worker_id,
+                lease_ms,
+                run_id=run_id,
+                bound_ms=engine.lease_bound_ms(),
+            ),
+            f"claiming step {step_id} of run {run_id}",
         )
     except WorkflowStepFunctionMismatchError as exc:
         log.error("refused a step message: %s", exc)
@@ -152,6 +159,8 @@ def _attempt(
             engine.keeper.drop(holding)
         if done is None:
             watch.refused()
+            if dispatch == BROKER:
+                _resend_if_claim_lost(engine, step)
             return None, None
         watch.recorded(outcome)
     engine.observers.step_attempted(step, outcome, ran)
@@ -174,6 +183,26 @@ def _advance_retrying(
             "store unavailable while recording step outcome; retrying: %s", exc
         ),
     )
+
+
+def _resend_if_claim_lost(engine: WorkflowEngine, step: StepState) -> None:
+    """The outcome was refused and the step is back where it stood before this
+    claim: a database crash lost the claim's asynchronous commit. Its message
+    was this one, about to be acked, so the step is sent again now rather
+    than when the sweep finds it (after ``message_grace``)."""
+    try:
+        now = engine.store.get_step(step.id)
+    except Exception as exc:
+        if engine.is_transient(exc):
+            return  # the sweep sends it once the store is back
+        raise
+    if now is not None and now.status == StepStatus.SCHEDULED and now.attempt < step.attempt:
+        log.warning(
+            "step %s of run %s: its claim was lost (a database crash); sending it again",
+            step.name,
+            step.run_id,
+        )
+        engine.dispatcher.send_step(now)
 
 
 def _wants_transaction(body: StepBody, step: StepState) -> bool:

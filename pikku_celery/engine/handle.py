@@ -15,6 +15,7 @@ from ..errors import (
     WorkflowTimeoutError,
 )
 from ..store.model import JSON, AttemptState, ErrorInfo, RunState, RunStatus, StepState
+from .outage import ride_out
 
 if TYPE_CHECKING:
     from ..store.base import SettleWatch
@@ -54,8 +55,19 @@ class RunHandle(Generic[Out]):
         return f"<RunHandle {self.run_id}>"
 
     def state(self) -> RunState:
-        """The run as stored now; raises :class:`RunNotFoundError` for an unknown id."""
-        run = self.engine.store.get_run(self.run_id)
+        """The run as stored now; raises :class:`RunNotFoundError` for an unknown id,
+        :class:`StoreUnavailableError` once a store outage outlasts the
+        engine's ``outage_timeout``."""
+        return self._read(None)
+
+    def _read(self, deadline: float | None) -> RunState:
+        """The run, riding out an outage until ``deadline`` (None: for the
+        engine's ``outage_timeout``)."""
+        within = None if deadline is None else deadline - time.monotonic()
+        store = self.engine.store
+        run = ride_out(
+            self.engine, lambda: store.get_run(self.run_id), f"reading run {self.run_id}", within
+        )
         if run is None:
             raise RunNotFoundError(f"no workflow run {self.run_id!r}")
         return run
@@ -72,6 +84,11 @@ class RunHandle(Generic[Out]):
         ``timeout`` seconds. On PostgreSQL it wakes on the store's NOTIFY
         when the run settles; elsewhere it polls from 1 ms, backing off to
         50 ms. Either way a short run is not slowed by the wait itself.
+
+        A store outage (a database restart) is waited out within ``timeout``;
+        one that lasts until the timeout raises :class:`StoreUnavailableError`.
+        Without a timeout, an outage longer than the engine's
+        ``outage_timeout`` raises it.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         notices = self.engine.capabilities.settle
@@ -81,7 +98,7 @@ class RunHandle(Generic[Out]):
                     return self._wait_notified(watch, deadline, timeout)
         delay = 0.001
         while True:
-            run = self.state()
+            run = self._read(deadline)
             if run.status.terminal:
                 output: Out = _outcome(run)
                 return output
@@ -109,15 +126,16 @@ class RunHandle(Generic[Out]):
                 told: Out = _ended(self.run_id, settled.status, settled.output, settled.error)
                 return told
             if not unread:
-                run = self.state()
+                run = self._read(deadline)
                 if run.status.terminal:
                     output: Out = _outcome(run)
                     return output
             unread = False
             left = 1.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
+                status = self._read(time.monotonic()).status
                 raise WorkflowTimeoutError(
-                    f"workflow run {self.run_id} still {self.state().status} after {timeout} s"
+                    f"workflow run {self.run_id} still {status} after {timeout} s"
                 )
             watch.wait(min(1.0, left))
 
@@ -137,12 +155,13 @@ class RunHandle(Generic[Out]):
     def steps(self) -> list[StepHistory]:
         """Every step with its attempt history, in the order recorded."""
         store = self.engine.store
+        what = f"reading the steps of run {self.run_id}"
         attempts: dict[str, list[AttemptState]] = {}
-        for a in store.get_attempts(self.run_id):
+        for a in ride_out(self.engine, lambda: store.get_attempts(self.run_id), what):
             attempts.setdefault(a.step_id, []).append(a)
         return [
             StepHistory(s, sorted(attempts.get(s.id, []), key=lambda a: a.attempt))
-            for s in store.get_steps(self.run_id)
+            for s in ride_out(self.engine, lambda: store.get_steps(self.run_id), what)
         ]
 
 

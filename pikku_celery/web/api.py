@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..engine.outage import ride_out
 from ..errors import (
     IdempotencyKeyReusedError,
     InvalidIdError,
@@ -35,6 +36,7 @@ from ..errors import (
     RunNotFoundError,
     RunSettledError,
     SignalAlreadySentError,
+    StoreUnavailableError,
     UnknownWorkflowError,
 )
 from ..names import check_id
@@ -68,8 +70,15 @@ ERRORS: dict[type[Exception], tuple[int, str]] = {
     RunSettledError: (409, "run_settled"),
     SignalAlreadySentError: (409, "signal_already_sent"),
     IdempotencyKeyReusedError: (409, "conflict"),
+    StoreUnavailableError: (503, "store_unavailable"),
 }
 """The status and ``"error"`` code each refusal of the library answers with."""
+
+RETRY_AFTER_SECONDS = 5
+"""What a 503 tells the client to wait before asking again: a database
+restart is over by then, a longer outage is asked about again."""
+
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -101,6 +110,10 @@ def error_answer(exc: BaseException) -> Answer | None:
             status, code = ERRORS[cls]
             if isinstance(exc, IdempotencyKeyReusedError):
                 return failure(status, code, str(exc), run_id=exc.run_id)
+            if isinstance(exc, StoreUnavailableError):
+                answer = failure(status, code, str(exc))
+                retry = ("Retry-After", str(RETRY_AFTER_SECONDS))
+                return Answer(answer.status, answer.body, (*answer.headers, retry))
             return failure(status, code, str(exc))
     return None
 
@@ -196,10 +209,13 @@ class RunApi:
         self._allow("list", LIST_TARGET)
         store = self.engine.store
         try:
-            asked = parse_run_query(query, store.now_ms)
+            asked = self.read(lambda: parse_run_query(query, store.now_ms), "listing runs")
         except QueryError as exc:
             raise ApiError(400, "invalid_query", str(exc)) from None
-        page = reads.list_runs(store, asked.filters, limit=asked.limit, offset=asked.offset)
+        page = self.read(
+            lambda: reads.list_runs(store, asked.filters, limit=asked.limit, offset=asked.offset),
+            "listing runs",
+        )
         return Answer(200, page)
 
     def run(self, run_id: str) -> Answer:
@@ -209,7 +225,8 @@ class RunApi:
 
     def _run(self, raw_id: str) -> Answer:
         self._allow("status", raw_id)
-        shown = reads.show_run(self.engine.store, _run_id(raw_id))
+        rid = _run_id(raw_id)
+        shown = self.read(lambda: reads.show_run(self.engine.store, rid), f"reading run {rid}")
         permitted = allowed_actions(self.permission, raw_id)
         status = RunStatus(shown["run"]["status"])
         possible = {
@@ -257,10 +274,15 @@ class RunApi:
         return self._answer(run)
 
     def _accepted(self, action: str, run: RunState) -> Answer:
-        now = self.engine.store.now_ms()
+        now = self.read(self.engine.store.now_ms, "reading the store's clock")
         return Answer(202, {"action": action, "run": run_detail(run, now)})
 
     # --- shared --------------------------------------------------------------
+    def read(self, read: Callable[[], T], what: str) -> T:
+        """``read()`` of the store, riding out an outage for the engine's
+        ``outage_timeout``, then :class:`StoreUnavailableError` (a 503)."""
+        return ride_out(self.engine, read, what)
+
     def refusal(self, action: str, target: str) -> Answer | None:
         """The 403 answer if ``permission`` refuses ``action`` on ``target``, else None
         (for routes whose answer is not JSON, such as ``/metrics``)."""

@@ -75,7 +75,8 @@ def add_run_page(bp: Blueprint, api: Callable[[], RunApi]) -> frozenset[Callable
         refused = run_api.refusal("list", LIST_TARGET)
         if refused is not None:
             return respond(refused)
-        body, content_type = render_metrics(run_api.engine.store)
+        store = run_api.engine.store
+        body, content_type = run_api.read(lambda: render_metrics(store), "reading metrics")
         return Response(body, content_type=content_type)
 
     @bp.get("/api/runs")

@@ -74,8 +74,9 @@ def start_on_commit(
     roll back, instead of after the commit. A workflow given by name is
     looked up in :func:`~pikku_celery.contrib.django.get_pikku`'s registry.
 
-    If starting fails after the commit (pikku's database unreachable), the
-    exception propagates from the commit, as any ``on_commit`` callback's
+    If starting fails after the commit (pikku's database unreachable for
+    longer than the engine's ``outage_timeout``: :class:`StoreUnavailableError`),
+    the exception propagates from the commit, as any ``on_commit`` callback's
     does; the data is committed by then, so pass an ``idempotency_key``
     derived from it to make a later retry start the same run, not a second.
     """

@@ -27,7 +27,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonRes
 from django.middleware.csrf import get_token
 
 from ...engine.core import WorkflowEngine
-from ...web.api import Answer, Body, RunApi, failure
+from ...errors import StoreUnavailableError
+from ...web.api import Answer, Body, RunApi, error_answer, failure
 from ...web.page import HTML_TYPE, PAGE_HEADERS, asset, render_page
 from ...web.permissions import LIST_TARGET, READ_ACTIONS, Permission
 
@@ -201,7 +202,11 @@ class RunPageViews:
             refused = api.refusal("list", LIST_TARGET)
             if refused is not None:
                 return _json(refused)
-            body, content_type = render_metrics(api.engine.store)
+            store = api.engine.store
+            try:
+                body, content_type = api.read(lambda: render_metrics(store), "reading metrics")
+            except StoreUnavailableError as exc:
+                return _json(error_answer(exc) or failure(503, "store_unavailable", str(exc)))
         return HttpResponse(body, content_type=content_type)
 
     def not_found(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
