@@ -78,11 +78,11 @@ def terminate_backend(engine: sa.Engine, pid: int) -> None:
     """Kill one PostgreSQL backend (as a failover or an admin would) and wait
     until the server has let it go.
 
-    Only one of this session's own (by its application_name): on the shared
-    server, never another developer's connection."""
+    Only one of this session's own (its application_name starts with the
+    session's): on the shared server, never another developer's connection."""
     kill = sa.text(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE pid = :pid AND application_name = :app"
+        "WHERE pid = :pid AND left(application_name, length(:app)) = :app"
     )
     with engine.connect() as admin:
         killed = admin.execute(kill, {"pid": pid, "app": SUITE_APP_NAME}).scalar()

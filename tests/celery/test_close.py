@@ -23,6 +23,7 @@ from tests.helpers import wait_until
 from tests.services import (
     PG_ADMIN_URL,
     REDIS_URL,
+    SUITE_APP_NAME,
     scratch_database,
     terminate_backend,
     unavailable,
@@ -38,10 +39,15 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
+def own(name: str) -> str:
+    """An application_name of this session's own (terminate_backend kills only those)."""
+    return f"{SUITE_APP_NAME}:{name}"
+
+
 def eager_pikku(url: str, name: str, **options: object) -> Pikku:
     app = Celery("closing", set_as_current=False)
     app.conf.update(broker_url=CLOSED_BROKER, broker_connection_retry=False, task_always_eager=True)
-    tagged = sa.make_url(url).update_query_dict({"application_name": name})
+    tagged = sa.make_url(url).update_query_dict({"application_name": own(name)})
     pikku = Pikku(app, tagged.render_as_string(hide_password=False), install_beat=False, **options)
 
     @app.task(name="closing.double", shared=False)
@@ -61,7 +67,7 @@ def sessions(name: str) -> int:
         with admin.connect() as conn:
             found = conn.execute(
                 sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"),
-                {"n": name},
+                {"n": own(name)},
             )
             return int(found.scalar_one())
     finally:
@@ -177,7 +183,7 @@ def listening(name: str) -> set[int]:
                     "SELECT pid FROM pg_stat_activity WHERE application_name = :n "
                     "AND query LIKE 'LISTEN%'"
                 ),
-                {"n": name},
+                {"n": own(name)},
             )
             return {int(pid) for (pid,) in found}
     finally:
