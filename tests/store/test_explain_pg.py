@@ -100,9 +100,9 @@ def _load(engine: sa.Engine) -> None:
 
 
 EXPECTED = {
-    "lapsed_steps": ["ix_pikku_step_status_lease"],
-    "undispatched_steps": ["ix_pikku_step_status_scheduled"],
-    "due_steps": ["ix_pikku_step_status_wake"],
+    "lapsed_steps": ["ix_pikku_step_sweep_lease"],
+    "undispatched_steps": ["ix_pikku_step_sweep_scheduled"],
+    "due_steps": ["ix_pikku_step_sweep_wake"],
     "idle_runs": ["ix_pikku_run_status_updated"],
 }
 PARAMS = {"p_limit": 100, "p_older_ms": 30_000, "p_idle_ms": 60_000, "p_bound_ms": 7_200_000}
