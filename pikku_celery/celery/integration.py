@@ -19,7 +19,7 @@ from ..canvas.start import start as start_canvas
 from ..canvas.tasks import install as install_canvas
 from ..engine.core import WorkflowEngine
 from ..engine.outage import ride_out
-from ..engine.sweep import SweepReport
+from ..engine.sweep import SWEEP_MAX_PAGES, SweepReport
 from ..errors import (
     InvalidIdError,
     PayloadError,
@@ -308,12 +308,12 @@ class Pikku(WorkflowEngine):
         }
         self.app.conf.beat_schedule = schedule
 
-    def sweep(self, limit: int = 200) -> SweepReport:
+    def sweep(self, limit: int = 200, max_pages: int = SWEEP_MAX_PAGES) -> SweepReport:
         """One sweep now (see :meth:`WorkflowEngine.sweep`). The store is made
         ready first: the sweep's own lease lives in its tables, which on
         SQLite the store creates on first use."""
         self._prepare_store()
-        return super().sweep(limit)
+        return super().sweep(limit, max_pages)
 
     def _prepare_store(self) -> None:
         from ..store.sql import SQLWorkflowStore

@@ -36,7 +36,7 @@ from .limits import Limits
 from .observe import Carrier, Observers
 from .orchestrate import advance, orchestrate
 from .outage import ride_out
-from .sweep import SweepReport, sweep
+from .sweep import SWEEP_MAX_PAGES, SweepReport, sweep
 from .workflow import Workflow, WorkflowDecorator, WorkflowFunction, WorkflowRegistry
 
 if TYPE_CHECKING:
@@ -480,9 +480,10 @@ class WorkflowEngine:
         check = self.capabilities.transient
         return check is not None and check.is_transient(exc)
 
-    def sweep(self, limit: int = 200) -> SweepReport:
-        """One sweep now: what beat runs every ``sweep_interval`` seconds."""
-        return sweep(self, limit)
+    def sweep(self, limit: int = 200, max_pages: int = SWEEP_MAX_PAGES) -> SweepReport:
+        """One sweep now: what beat runs every ``sweep_interval`` seconds
+        (``limit`` steps a read, at most ``max_pages`` reads of each kind)."""
+        return sweep(self, limit, max_pages)
 
     def warn_short_lease(self, queue: str | None, lease_ms: int) -> None:
         """Log once per queue that its step lease is under 2 s (renewals add up)."""

@@ -203,7 +203,10 @@ class WorkflowStore(Protocol):
         """
         ...
 
-    # --- sweep (each indexed, oldest first, at most ``limit``) --------------
+    # --- sweep (each indexed, at most ``limit``) -----------------------------
+    # Each finds only steps out of their sweep backoff (see note_steps_swept):
+    # steps never re-sent first, oldest first, then re-sent ones by the end of
+    # their backoff, so what the sweep just re-sent never fills its batch.
     def lapsed_steps(self, limit: int, bound_ms: int | None = None) -> list[StepState]:
         """Running steps whose lease lapsed, or ends beyond ``now + bound_ms``."""
         ...
@@ -230,6 +233,15 @@ class WorkflowStore(Protocol):
         """``(queue, steps, oldest wait ms)`` of task steps sent (or due) longer
         ago than ``older_than_ms`` and still unclaimed: a queue here that stays
         here has no worker consuming it. Busiest queue first."""
+        ...
+
+    def note_steps_swept(
+        self, step_ids: Sequence[str], backoff_ms: int, max_backoff_ms: int | None = None
+    ) -> None:
+        """Start each step's sweep backoff: the sweep's queries skip it for
+        ``backoff_ms * 2 ** sweep_count`` (at most ``max_backoff_ms``), then
+        find it behind the steps never re-sent. Per step, so a run's other
+        steps are never held back by it."""
         ...
 
     def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:

@@ -63,6 +63,7 @@ from .rules import (
     step_after_outcome,
     step_closed,
     sweep_backoff_ms,
+    sweep_order,
 )
 
 
@@ -82,6 +83,8 @@ class InMemoryWorkflowStore:
         self._run_steps: dict[str, list[str]] = {}
         self._attempts: dict[str, list[AttemptState]] = {}
         self._signals: dict[str, dict[str, JSON]] = {}
+        # the sweep's per-step backoff: step id -> (next_sweep_at, sweep_count)
+        self._step_sweeps: dict[str, tuple[int, int]] = {}
 
     # --- clock ---------------------------------------------------------------
     def now_ms(self) -> int:
@@ -613,12 +616,20 @@ class InMemoryWorkflowStore:
     def _oldest_steps(
         self, keep: Callable[[StepState, int], bool], age: Callable[[StepState], int], limit: int
     ) -> list[StepState]:
-        """The sweep's scan: matching steps, oldest first, at most ``limit``."""
+        """The sweep's scan: matching steps out of their backoff, in the
+        sweep's order (:func:`~.rules.sweep_order`), at most ``limit``."""
         with self._lock:
             now = self._clock()
-            found = [s for s in self._steps.values() if keep(s, now)]
-        found.sort(key=age)
-        return found[:limit]
+            found: list[tuple[int, StepState]] = []
+            for s in self._steps.values():
+                if not keep(s, now):
+                    continue
+                swept = self._step_sweeps.get(s.id)
+                order = sweep_order(0 if swept is None else swept[0], age(s), now)
+                if order is not None:
+                    found.append((order, s))
+        found.sort(key=lambda pair: pair[0])
+        return [s for _, s in found[:limit]]
 
     def lapsed_steps(self, limit: int, bound_ms: int | None = None) -> list[StepState]:
         return self._oldest_steps(
@@ -688,6 +699,18 @@ class InMemoryWorkflowStore:
                     found[s.queue] = (count + 1, min(oldest, sent))
         rows = [(q, count, now - oldest) for q, (count, oldest) in found.items()]
         return sorted(rows, key=lambda r: (-r[1], -r[2], r[0] or ""))
+
+    def note_steps_swept(
+        self, step_ids: Sequence[str], backoff_ms: int, max_backoff_ms: int | None = None
+    ) -> None:
+        cap = backoff_ms if max_backoff_ms is None else max_backoff_ms
+        with self._lock:
+            now = self._clock()
+            for sid in step_ids:
+                if sid in self._steps:
+                    _, count = self._step_sweeps.get(sid, (0, 0))
+                    wait = sweep_backoff_ms(backoff_ms, count, cap)
+                    self._step_sweeps[sid] = (now + wait, count + 1)
 
     def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
         with self._lock:

@@ -125,6 +125,8 @@ _STEP_ORDER = (
     "updated_at",
     "route",
     "claim_id",
+    "next_sweep_at",
+    "sweep_count",
 )
 if STEP_COLUMNS != _STEP_ORDER:  # a column added to the table must be added here too
     raise RuntimeError(f"steps_from unpacks {_STEP_ORDER}, the step table has {STEP_COLUMNS}")
@@ -172,6 +174,8 @@ def steps_from(rows: Iterable[Any]) -> list[StepState]:
         updated_at,
         route,
         claim_id,
+        _next_sweep_at,  # the sweep's own bookkeeping: not part of a step's state
+        _sweep_count,
     ) in rows:
         decoded_args = _stored(args, run_id, name, "args")
         decoded_kwargs = _stored(kwargs, run_id, name, "kwargs")
@@ -254,6 +258,8 @@ def step_params(step: StepState, args: str, kwargs: str, result: str | None) -> 
         "updated_at": step.updated_at,
         "route": None if step.route is None else json.dumps(step.route, separators=(",", ":")),
         "claim_id": step.claim_id,
+        "next_sweep_at": 0,  # a new step: never re-sent by the sweep
+        "sweep_count": 0,
     }
 
 

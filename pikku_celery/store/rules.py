@@ -62,6 +62,19 @@ def sweep_backoff_ms(base_ms: int, sweep_count: int, max_ms: int) -> int:
     return min(base_ms * (1 << doublings), max_ms)
 
 
+def sweep_order(next_sweep_at: int, own_ms: int, now: int) -> int | None:
+    """Where a step stands in the sweep's order, or None while its backoff runs.
+
+    A step never re-sent stands at its own time (its lease's end, when its
+    message was sent, when it came due); one re-sent stands at the end of its
+    backoff, behind what has waited longer, so re-sending it again and again
+    can never keep another step out of a batch.
+    """
+    if next_sweep_at == 0:  # never re-sent
+        return own_ms
+    return next_sweep_at if next_sweep_at <= now else None
+
+
 def lease_expired_error(step_name: str, attempts: int) -> ErrorInfo:
     """The error a step gets when its worker was lost on its last attempt."""
     return {

@@ -141,6 +141,11 @@ step_table = sa.Table(
     sa.Column("route", JSON_TEXT, nullable=True),
     # the current claim's random id: outcomes and renewals are fenced on it too
     sa.Column("claim_id", CLAIM_ID, nullable=True),
+    # the sweep's per-step backoff: it leaves the step alone until then (0:
+    # never re-sent; not NULL, so "never" is an equality an index range keeps
+    # its order under), and how often it re-sent it; also its order (re-sent last)
+    sa.Column("next_sweep_at", MS, nullable=False, server_default="0"),
+    sa.Column("sweep_count", sa.Integer(), nullable=False, server_default="0"),
     # one step per name per run; also serves the replay read (WHERE run_id =
     # ..., a handful of rows sorted by seq) and the idle-run sweep's probe
     sa.UniqueConstraint("run_id", "name", name="uq_pikku_step_run_name"),
@@ -149,18 +154,24 @@ step_table = sa.Table(
     # enters is a write (and WAL) on the hot path. Settled steps, the bulk
     # of the table, enter none of them. MySQL/MariaDB has no partial
     # indexes: there they are whole, and serve the same queries.
+    # Each sweep index has next_sweep_at after status, so each query reads
+    # two ranges of it: steps never re-sent (0), by their own time, and
+    # steps whose backoff is over, by next_sweep_at; steps in backoff lie in
+    # neither range, and a step re-sent moves behind the others.
     # sweep: lapsed leases (status = 'running' AND lease_expires_at <= now)
     sa.Index(
-        "ix_pikku_step_status_lease",
+        "ix_pikku_step_sweep_lease",
         "status",
+        "next_sweep_at",
         "lease_expires_at",
         postgresql_where=sa.text("status = 'running'"),
         sqlite_where=sa.text("status = 'running'"),
     ),
     # sweep: due timers and retries (status = ... AND wake_at <= now)
     sa.Index(
-        "ix_pikku_step_status_wake",
+        "ix_pikku_step_sweep_wake",
         "status",
+        "next_sweep_at",
         "wake_at",
         postgresql_where=sa.text("wake_at IS NOT NULL"),
         sqlite_where=sa.text("wake_at IS NOT NULL"),
@@ -170,9 +181,10 @@ step_table = sa.Table(
     # created_at <= cutoff). kind is in the index so long-sleeping timers
     # (kind 'sleep', status 'scheduled') are never walked.
     sa.Index(
-        "ix_pikku_step_status_scheduled",
+        "ix_pikku_step_sweep_scheduled",
         "status",
         "kind",
+        "next_sweep_at",
         "scheduled_at",
         "created_at",
         postgresql_where=sa.text("status IN ('pending', 'scheduled')"),

@@ -1002,6 +1002,20 @@ class SQLWorkflowStore:
         with self._one() as conn:
             return conn.execute(self.statements.note_swept, params).rowcount == 1
 
+    @_prepared
+    def note_steps_swept(
+        self, step_ids: Sequence[str], backoff_ms: int, max_backoff_ms: int | None = None
+    ) -> None:
+        if not step_ids:
+            return
+        params = {
+            "p_ids": list(step_ids),
+            "p_backoff_ms": backoff_ms,
+            "p_max_backoff_ms": backoff_ms if max_backoff_ms is None else max_backoff_ms,
+        }
+        with self._one() as conn:
+            conn.execute(self.statements.note_steps_swept, params)
+
 
 def store_class_for(engine: sa.Engine) -> type[SQLWorkflowStore]:
     """The store class for ``engine``'s database: the one place a dialect is chosen."""

@@ -172,6 +172,18 @@ def fenced_pair(kind: str, now: ColumnElement[int]) -> tuple[sa.Update, sa.Updat
     return step, attempt
 
 
+def _sweep_backoff(count: ColumnElement[int]) -> ColumnElement[int]:
+    """rules.sweep_backoff_ms in SQL: ``p_backoff_ms * 2 ** count``, at most
+    ``p_max_backoff_ms``; ``count`` is the row's ``sweep_count``."""
+    doubling = sa.case(
+        *[(count == i, 2**i) for i in range(SWEEP_BACKOFF_DOUBLINGS)],
+        else_=2**SWEEP_BACKOFF_DOUBLINGS,
+    )
+    wait = _p("backoff_ms", sa.BigInteger()) * doubling
+    cap = _p("max_backoff_ms", sa.BigInteger())
+    return sa.case((wait > cap, cap), else_=wait)
+
+
 def _union_oldest(
     members: Sequence[sa.Select[Any]], order: Callable[[Any], ColumnElement[Any]]
 ) -> sa.Select[Any]:
@@ -568,10 +580,6 @@ class Statements:
     def _sweep(self, now: ColumnElement[int], at: ColumnElement[int]) -> None:
         """The sweep's bookkeeping and its queries: each an index range scan."""
         not_terminal = _not_terminal(R)
-        doubling = sa.case(
-            *[(R.c.sweep_count == i, 2**i) for i in range(SWEEP_BACKOFF_DOUBLINGS)],
-            else_=2**SWEEP_BACKOFF_DOUBLINGS,
-        )
         self.note_swept = (
             sa.update(R)
             .where(
@@ -580,17 +588,16 @@ class Statements:
                 sa.or_(R.c.next_sweep_at.is_(None), R.c.next_sweep_at <= now),
             )
             .values(
-                # rules.sweep_backoff_ms: base * 2 ** sweep_count, capped
-                next_sweep_at=now
-                + sa.case(
-                    (
-                        _p("backoff_ms", sa.BigInteger()) * doubling
-                        > _p("max_backoff_ms", sa.BigInteger()),
-                        _p("max_backoff_ms", sa.BigInteger()),
-                    ),
-                    else_=_p("backoff_ms", sa.BigInteger()) * doubling,
-                ),
-                sweep_count=R.c.sweep_count + 1,
+                next_sweep_at=now + _sweep_backoff(R.c.sweep_count), sweep_count=R.c.sweep_count + 1
+            )
+        )
+        # the per-step backoff, written on every step a sweep read (and acted on):
+        # it leaves the sweep's ranges until then, and comes back behind the rest
+        self.note_steps_swept = (
+            sa.update(S)
+            .where(S.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+            .values(
+                next_sweep_at=now + _sweep_backoff(S.c.sweep_count), sweep_count=S.c.sweep_count + 1
             )
         )
 
@@ -601,34 +608,56 @@ class Statements:
         # its value can.
         now = sa.select(now).scalar_subquery()
         running = S.c.status == StepStatus.RUNNING.value
+        fresh = S.c.next_sweep_at == 0  # never re-sent: by its own time
+        # re-sent, its backoff over: by its end, behind the rest
+        backed_off = sa.and_(S.c.next_sweep_at > 0, S.c.next_sweep_at <= now)
         # Two ranges of one index: leases that lapsed, and leases set further
         # ahead than any queue grants (an edited row, a clock gone wrong),
         # which count as lapsed at that bound. A NULL bound finds none.
         self.lapsed = _union_oldest(
             [
                 sa.select(S)
-                .where(running, S.c.lease_expires_at.is_not(None), S.c.lease_expires_at <= now)
+                .where(
+                    running, fresh, S.c.lease_expires_at.is_not(None), S.c.lease_expires_at <= now
+                )
                 .order_by(S.c.lease_expires_at),
                 sa.select(S)
-                .where(running, S.c.lease_expires_at > now + _p("bound_ms", sa.BigInteger()))
+                .where(running, fresh, S.c.lease_expires_at > now + _p("bound_ms", sa.BigInteger()))
                 .order_by(S.c.lease_expires_at.desc()),
+                sa.select(S)
+                .where(running, backed_off, _lapsed(S, now, _p("bound_ms", sa.BigInteger())))
+                .order_by(S.c.next_sweep_at),
             ],
-            lambda c: c.lease_expires_at,
+            lambda c: sa.func.coalesce(sa.func.nullif(c.next_sweep_at, 0), c.lease_expires_at),
         )
         cutoff = now - _p("older_ms", sa.BigInteger())
         undispatched: list[sa.Select[Any]] = []
         for status in (StepStatus.SCHEDULED.value, StepStatus.PENDING.value):
             task = (S.c.status == status, S.c.kind == StepKind.TASK.value)
             undispatched.append(
-                sa.select(S).where(*task, S.c.scheduled_at <= cutoff).order_by(S.c.scheduled_at)
+                sa.select(S)
+                .where(*task, fresh, S.c.scheduled_at <= cutoff)
+                .order_by(S.c.scheduled_at)
             )
             undispatched.append(
                 sa.select(S)
-                .where(*task, S.c.scheduled_at.is_(None), S.c.created_at <= cutoff)
+                .where(*task, fresh, S.c.scheduled_at.is_(None), S.c.created_at <= cutoff)
                 .order_by(S.c.created_at)
             )
+            undispatched.append(
+                sa.select(S)
+                .where(
+                    *task,
+                    backed_off,
+                    sa.func.coalesce(S.c.scheduled_at, S.c.created_at) <= cutoff,
+                )
+                .order_by(S.c.next_sweep_at)
+            )
         self.undispatched = _union_oldest(
-            undispatched, lambda c: sa.func.coalesce(c.scheduled_at, c.created_at)
+            undispatched,
+            lambda c: sa.func.coalesce(
+                sa.func.nullif(c.next_sweep_at, 0), c.scheduled_at, c.created_at
+            ),
         )
         sent_at = sa.func.coalesce(S.c.scheduled_at, S.c.created_at)
         self.waiting_by_queue = (
@@ -645,14 +674,19 @@ class Statements:
             .group_by(S.c.queue)
             .order_by(sa.func.count().desc(), sa.func.min(sent_at))
         )
+        due = (S.c.wake_at.is_not(None), S.c.wake_at <= now)
         self.due = _union_oldest(
             [
-                sa.select(S)
-                .where(S.c.status == status, S.c.wake_at.is_not(None), S.c.wake_at <= now)
-                .order_by(S.c.wake_at)
+                member
                 for status in (StepStatus.SCHEDULED.value, StepStatus.FAILED.value)
+                for member in (
+                    sa.select(S).where(S.c.status == status, fresh, *due).order_by(S.c.wake_at),
+                    sa.select(S)
+                    .where(S.c.status == status, backed_off, *due)
+                    .order_by(S.c.next_sweep_at),
+                )
             ],
-            lambda c: c.wake_at,
+            lambda c: sa.func.coalesce(sa.func.nullif(c.next_sweep_at, 0), c.wake_at),
         )
         in_flight = sa.exists().where(S.c.run_id == R.c.id, _unsettled(S))
         self.idle = (

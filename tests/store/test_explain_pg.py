@@ -100,9 +100,9 @@ def _load(engine: sa.Engine) -> None:
 
 
 EXPECTED = {
-    "lapsed_steps": ["ix_pikku_step_status_lease"],
-    "undispatched_steps": ["ix_pikku_step_status_scheduled"],
-    "due_steps": ["ix_pikku_step_status_wake"],
+    "lapsed_steps": ["ix_pikku_step_sweep_lease"],
+    "undispatched_steps": ["ix_pikku_step_sweep_scheduled"],
+    "due_steps": ["ix_pikku_step_sweep_wake"],
     "idle_runs": ["ix_pikku_run_status_updated"],
 }
 PARAMS = {"p_limit": 100, "p_older_ms": 30_000, "p_idle_ms": 60_000, "p_bound_ms": 7_200_000}
@@ -125,6 +125,12 @@ def test_sweep_query_uses_its_index(loaded_engine: sa.Engine, query: str) -> Non
     if query != "idle_runs":
         # bounded by the index on the time column too, not just filtered
         assert "Index Cond" in plan and "<=" in plan.split("Index Cond", 1)[1], plan
+        # both ranges of the sweep's backoff are index ranges: steps never
+        # re-sent (an equality, so the index keeps their order) and steps
+        # whose backoff is over; steps still in backoff are never read
+        conds = [line for line in plan.splitlines() if "Index Cond" in line]
+        assert any("next_sweep_at = 0" in c for c in conds), plan
+        assert any("next_sweep_at > 0" in c and "next_sweep_at <=" in c for c in conds), plan
 
 
 def test_sweep_queries_return_what_the_data_holds(loaded_engine: sa.Engine) -> None:
