@@ -36,7 +36,13 @@ from .dispatcher import (
     CeleryDispatcher,
     rate_limited_run_step,
 )
-from .messages import InvalidMessageError, message_trace, orchestrate_message, step_message
+from .messages import (
+    InvalidMessageError,
+    message_delivery,
+    message_trace,
+    orchestrate_message,
+    step_message,
+)
 from .queues import QueueLease, QueueLeases
 from .step_body import CeleryStepBody
 
@@ -190,7 +196,15 @@ class Pikku(WorkflowEngine):
                     return
                 body = CeleryStepBody(app, self.request)
                 trace = message_trace(self.request)
-                pikku.execute_step(run_id, step_id, task_name, body, queue, trace=trace)
+                pikku.execute_step(
+                    run_id,
+                    step_id,
+                    task_name,
+                    body,
+                    queue,
+                    trace=trace,
+                    delivery=message_delivery(self.request),
+                )
             except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
                 log.error("refused a step message %r %r: %s", args, kwargs, exc)
 

@@ -16,9 +16,13 @@ from .model import (
     AdvanceResult,
     AttemptState,
     AttemptStatus,
+    AuditAction,
+    AuditEntry,
     Decision,
+    Delivery,
     ErrorInfo,
     NewRun,
+    Operator,
     RunState,
     RunStatus,
     RunView,
@@ -77,7 +81,28 @@ class WorkflowStore(Protocol):
         """Reopen a failed run: its failed steps get fresh attempts."""
         ...
 
+    # --- the audit trail: what operators did -------------------------------
+    def record_action(
+        self,
+        run_id: str,
+        action: AuditAction,
+        operator: Operator,
+        details: dict[str, JSON] | None = None,
+    ) -> AuditEntry:
+        """Keep an operator's action on the run, at the store's clock; kept
+        for good, whatever the run does next."""
+        ...
+
+    def audit_trail(self, run_id: str) -> list[AuditEntry]:
+        """The run's operator actions, oldest first (empty for none)."""
+        ...
+
     # --- reads for people: the run page and the command line -----------------
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepState]]:
+        """The steps of each run named, in order, in one read (the runs list
+        says what a live run waits for); a run with none is left out."""
+        ...
+
     def count_runs_by_status(
         self,
         *,
@@ -136,6 +161,7 @@ class WorkflowStore(Protocol):
         lease_ms: int,
         *,
         run_id: str | None = None,
+        delivery: Delivery | None = None,
     ) -> StepState | None:
         """Take the step for a new attempt, in one guarded write.
 
@@ -145,7 +171,9 @@ class WorkflowStore(Protocol):
         ``LEASE_BOUND_FACTOR * lease_ms`` ahead counts as lapsed (no claim
         grants that). The lease is written on the store's clock. With
         ``run_id``, a step of another run is never claimed (a stale or forged
-        message). None when someone else owns it or it is settled. Raises
+        message). ``delivery`` (the carrying Celery message and node) is
+        written on the new attempt's row by the same write. None when someone
+        else owns it or it is settled. Raises
         :class:`WorkflowStepFunctionMismatchError` if ``task_name`` differs
         from the recorded one.
         """
