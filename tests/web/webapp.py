@@ -20,7 +20,7 @@ from celery import Celery
 
 from pikku_celery import Context, Pikku
 from pikku_celery.engine import call_with
-from pikku_celery.store import InMemoryWorkflowStore, StepKind, StepState, StepStatus
+from pikku_celery.store import Delivery, InMemoryWorkflowStore, StepKind, StepState, StepStatus
 
 ORDER = "web.order"
 FAILS = "web.fails"
@@ -101,14 +101,17 @@ def due_steps(pikku: Pikku, run_id: str) -> list[StepState]:
     ]
 
 
-def run_step(pikku: Pikku, step: StepState) -> None:
-    """One attempt of ``step`` here, as a worker runs it (claim, body, pass)."""
+def run_step(pikku: Pikku, step: StepState, delivery: Delivery | None = None) -> None:
+    """One attempt of ``step`` here, as a worker runs it (claim, body, pass);
+    ``delivery`` is what a Celery worker would say of its message."""
     assert step.task_name is not None
     task = pikku.app.tasks[step.task_name]
-    pikku.execute_step(step.run_id, step.id, step.task_name, call_with(task.run), step.queue)
+    pikku.execute_step(
+        step.run_id, step.id, step.task_name, call_with(task.run), step.queue, delivery=delivery
+    )
 
 
-def drive(pikku: Pikku, *run_ids: str) -> None:
+def drive(pikku: Pikku, *run_ids: str, delivery: Delivery | None = None) -> None:
     """Run every step the runs wait on (their children's too), until none is left."""
     for _ in range(50):
         ids = set(run_ids)
@@ -122,5 +125,5 @@ def drive(pikku: Pikku, *run_ids: str) -> None:
                 return
             continue
         for step in steps:
-            run_step(pikku, step)
+            run_step(pikku, step, delivery)
     raise AssertionError(f"runs {run_ids} kept asking for steps")

@@ -132,7 +132,7 @@ function taskBars(step, now, x, y, selected, onSelect) {
     if (queued !== null && queued < start) {
       g.append(bar("wait", queued, start, x, y, `attempt ${a.attempt}: waited ${duration((start - queued) / 1000)} for a worker`));
     }
-    const who = (a.worker ? ` on ${a.worker}` : "") + (a.dispatch ? ` (${a.dispatch})` : "");
+    const who = (a.node || a.worker ? ` on ${a.node ?? a.worker}` : "") + (a.dispatch ? ` (${a.dispatch})` : "");
     g.append(
       bar("run", start, end, x, y, `attempt ${a.attempt} of ${step.max_attempts}: ${a.status}${who}, ${duration(a.duration_s)}`),
     );
