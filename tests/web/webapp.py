@@ -28,6 +28,8 @@ WAITS = "web.waits"
 PACKS = "web.packs"
 PARENT = "web.parent"
 RETRIES = "web.retries"
+CHARGES = "web.charges"
+DECLINING = threading.Event()  # set: web.charge declines (a failure an operator retries)
 LEASE_S = 1.0  # the step lease: a killed worker's step is taken over this long after
 
 
@@ -60,6 +62,16 @@ def build(database_url: str | None = None, name: str = "webtest") -> Pikku:
                 out.write(str(os.getpid()))
             threading.Event().wait()
         return f"box-{order}"
+
+    @app.task(name="web.charge", shared=False)
+    def charge(order_id: int, cents: int, note: str = "") -> str:
+        if DECLINING.is_set():
+            raise RuntimeError(f"card declined for order {order_id}")
+        return f"charged {cents}"
+
+    @pikku.workflow(name=CHARGES)
+    def charges(ctx: Context, order: dict[str, Any]) -> Any:
+        return ctx.step("charge", charge, order["id"], order["cents"], note=order["note"])
 
     @pikku.workflow(name=ORDER)
     def order(ctx: Context, data: dict[str, int]) -> dict[str, Any]:

@@ -506,10 +506,22 @@ function auditTrail(data) {
       el("td", {}, el("strong", { text: entry.action })),
       el("td", { class: "mono actor", text: entry.actor }),
       el("td", { class: "mono origin", text: entry.origin ?? "–" }),
-      el("td", { class: "details" }, rest, previous ? el("div", { class: "previous-error" }, el("span", { class: "hint", text: "the run had failed with: " }), errorBlock(previous)) : null),
+      el("td", { class: "details" }, rest, previous ? previousError(previous) : null),
     );
   });
   return el("section", { id: "audit", class: "panel" }, el("h2", { text: "Operator actions" }), el("table", { class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+// The error a retry cleared: its line, and its traceback on demand.
+function previousError(error) {
+  const trace = typeof error === "object" && error.traceback;
+  return el(
+    "div",
+    { class: "previous-error" },
+    el("span", { class: "hint", text: "the run had failed with " }),
+    el("span", { class: "error-line", text: errorLine(error) }),
+    trace ? el("details", {}, el("summary", { class: "hint", text: "traceback" }), el("pre", { class: "traceback", text: trace })) : null,
+  );
 }
 
 function canvasTree(data) {

@@ -42,7 +42,7 @@ export function ms(iso) {
 
 export function clock(iso) {
   if (!iso) return "–";
-  return iso.replace("T", " ").replace(/(\.\d+)?\+00:00$/, "").replace(/Z$/, "") + " UTC";
+  return iso.replace("T", " ").replace(/(\.\d+)?(Z|\+00:00)$/, "") + " UTC";
 }
 
 export function duration(seconds) {
