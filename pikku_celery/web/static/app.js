@@ -428,7 +428,8 @@ function detail(data, selected) {
         ? el("span", {}, el("span", { class: "mono", id: "attempt-task-id", text: attempt.task_id }), carried ? el("span", { class: "hint", id: "attempt-carrier", text: " (the message that carried it: it ran eagerly, after the step before it)" }) : null)
         : "–",
     ],
-    ["worker process", attempt.worker ? el("span", { class: "mono", text: attempt.worker }) : "–"],
+    // the lease holder (host:pid), when the node name does not say it already
+    ["worker process", attempt.worker && attempt.worker !== attempt.node ? el("span", { class: "mono", text: attempt.worker }) : null],
     ["dispatch", attempt.dispatch ?? "–"],
     ["task", step.task],
     ["args", bounded(step.args, undefined, { id: "attempt-args" })],
@@ -441,7 +442,7 @@ function detail(data, selected) {
     ["ran for", duration(attempt.duration_s) + (attempt.status === "running" ? " so far" : "")],
     ["lease renewals", attempt.renewals ? `${attempt.renewals}, the last at ${clock(attempt.renewed_at)}` : "none"],
   ];
-  for (const [k, v] of facts) dl.append(el("dt", { text: k }), el("dd", {}, v));
+  for (const [k, v] of facts) if (v !== null) dl.append(el("dt", { text: k }), el("dd", {}, v));
   panel.append(dl);
   if (attempt.status === "superseded") {
     panel.append(el("p", { class: "hint", text: `Its lease lapsed (the worker died or stalled) and attempt ${attempt.attempt + 1} took over; a late result from it is refused.` }));
