@@ -189,14 +189,13 @@ def runs_table(
     table.add_column("status", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("duration", justify="right", no_wrap=True)
-    table.add_column("error")
+    table.add_column("error / waiting for")
     for run in runs:
         status = run.status.value + (" (cancelling)" if _cancelling(run) else "")
         if _blocked(run):
             status += " (blocked)"
+        problem = error_text(run.error) or _prefixed("blocked: ", _blocked(run))
         waiting = waiting_text(run, (live_steps or {}).get(run.id, []))
-        if waiting is not None:
-            status += f" ({waiting})"
         table.add_row(
             styled(run.id),
             styled(run.workflow),
@@ -204,7 +203,7 @@ def runs_table(
             status_cell(status),
             styled(clock(run.created_at)),
             styled(human_seconds(run_duration_ms(run, now) / 1000)),
-            styled(error_text(run.error) or _prefixed("blocked: ", _blocked(run)), "red"),
+            styled(problem, "red") if problem or waiting is None else styled(waiting, "cyan"),
         )
     return titled(title, table)
 
