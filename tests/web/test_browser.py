@@ -337,6 +337,7 @@ def test_a_retried_run_shows_its_earlier_failure_who_retried_it_and_where_it_ran
         expect(entry).to_contain_text("card declined for order 42")  # the failure it cleared
         [audited] = sqlite_pikku.store.audit_trail(run_id)
         expect(entry.locator("td").first).to_have_text(page_clock(audited.at))  # when
+        expect(page.locator('#timeline-svg .action-mark[data-action="retry"]')).to_have_count(1)
 
         [failed] = sqlite_pikku.store.get_steps(run_id)
         webapp.run_step(sqlite_pikku, failed, Delivery(SECOND_TASK, "celery@shop-b"))

@@ -386,6 +386,7 @@ function legend() {
     item("timer", "durable timer"),
     item("signal-wait", "waiting for a signal or child"),
     item("renewal", "last lease renewal"),
+    item("action", "operator action (cancel, retry, signal)"),
   );
 }
 
