@@ -17,7 +17,7 @@ from ..canvas.shape import canvas_rows
 from ..engine.handle import StepHistory
 from ..errors import RunNotFoundError
 from ..store.base import WorkflowStore
-from ..store.model import AttemptState, RunState, RunStatus
+from ..store.model import AttemptState, AuditAction, RunState, RunStatus
 from .shapes import (
     audit_json,
     iso,
@@ -178,14 +178,16 @@ def show_run(store: WorkflowStore, run_id: str) -> dict[str, Any]:
     run, history = run_history(store, run_id)
     now = store.now_ms()
     steps = [h.step for h in history]
+    audit = store.audit_trail(run.id)
+    retried = [e.at for e in audit if e.action == AuditAction.RETRY]
     shown = {
         "now": iso(now),
         "run": run_detail(run, now),
-        "steps": [step_json(h, now) for h in history],
+        "steps": [step_json(h, now, retried) for h in history],
         "signals": signals_json(store.get_signals(run.id), steps),
         "timers": timers_json(steps, now),
         "waiting": waiting_json(run, steps),
-        "audit": [audit_json(e) for e in store.audit_trail(run.id)],
+        "audit": [audit_json(e) for e in audit],
         "children": [s.child_run_id for s in steps if s.child_run_id is not None],
     }
     if run.workflow == CANVAS_WORKFLOW:  # a durable canvas: its nodes, as a tree

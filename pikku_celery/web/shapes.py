@@ -162,13 +162,14 @@ def audit_json(entry: AuditEntry) -> dict[str, Any]:
     }
 
 
-def step_json(history: StepHistory, now: int) -> dict[str, Any]:
-    """One step and its attempts, oldest first."""
+def step_json(history: StepHistory, now: int, retried: Sequence[int] = ()) -> dict[str, Any]:
+    """One step and its attempts, oldest first; ``retried``: when operators
+    retried the run (an attempt after one waited from it)."""
     step = history.step
     attempts = []
     earlier: AttemptState | None = None
     for attempt, later in with_next(history.attempts):
-        queued = attempt_queued_ms(step, earlier)
+        queued = attempt_queued_ms(step, earlier, attempt.started_at, retried)
         attempts.append(attempt_json(attempt, later, now, queued))
         earlier = attempt
     return {

@@ -69,6 +69,9 @@ def test_a_retried_run_keeps_its_failure_and_says_who_retried_it(pikku: Pikku) -
         "message",
     )
     assert (second["task_id"], second["node"]) == ("task-two", "celery@shop-2")
+    # it waited for a worker from the retry, not from the failure: the run
+    # was failed in between
+    assert first["finished_at"] <= entry["at"] == second["queued_at"] <= second["started_at"]
     assert first["worker"] == second["worker"] == pikku.worker_id  # the lease holder
     assert [e["action"] for e in shown["audit"]] == ["retry"]
 
