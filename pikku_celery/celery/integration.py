@@ -40,7 +40,13 @@ from .dispatcher import (
     rate_limited_run_step,
 )
 from .loading import import_task_modules
-from .messages import InvalidMessageError, message_trace, orchestrate_message, step_message
+from .messages import (
+    InvalidMessageError,
+    message_delivery,
+    message_trace,
+    orchestrate_message,
+    step_message,
+)
 from .outage import redeliver_later
 from .queues import DEFAULT_STEP_LEASE, QueueLease, QueueLeases
 from .step_body import CeleryStepBody
@@ -256,7 +262,15 @@ class Pikku(WorkflowEngine):
                     return
                 body = CeleryStepBody(app, self.request)
                 trace = message_trace(self.request)
-                pikku.execute_step(run_id, step_id, task_name, body, queue, trace=trace)
+                pikku.execute_step(
+                    run_id,
+                    step_id,
+                    task_name,
+                    body,
+                    queue,
+                    trace=trace,
+                    delivery=message_delivery(self.request),
+                )
             except (InvalidIdError, PayloadError, InvalidMessageError) as exc:
                 log.error("refused a step message %r %r: %s", args, kwargs, exc)
             except Exception as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import PikkuError
+from ..store.model import Delivery
 
 STEP_FIELDS = ("run_id", "step_id", "attempt", "task_name", "queue")
 TRACE_HEADER = "pikku_trace"
@@ -73,6 +74,23 @@ def orchestrate_message(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
     """``(run_id, reason)`` of a ``pikku.orchestrate`` message."""
     bound = _bind(args, kwargs, ORCHESTRATE_FIELDS, required=1)
     return _text(bound["run_id"], "run_id"), _text(bound.get("reason", ""), "reason")
+
+
+MAX_DELIVERY_NAME = 255
+"""The longest task id or node name an attempt row keeps (its column's length)."""
+
+
+def message_delivery(request: Any) -> Delivery:
+    """The Celery task id of a step message and the node name of the worker
+    that received it (``celery@host``), for the attempt rows it runs. A
+    request made by ``Task.apply`` (``task_always_eager``) has no worker
+    behind it: no node (the engine then names its ``host:pid``)."""
+    task_id = getattr(request, "id", None)
+    node = None if getattr(request, "is_eager", False) else getattr(request, "hostname", None)
+    return Delivery(
+        task_id[:MAX_DELIVERY_NAME] if isinstance(task_id, str) and task_id else None,
+        node[:MAX_DELIVERY_NAME] if isinstance(node, str) and node else None,
+    )
 
 
 def message_trace(request: Any) -> dict[str, str] | None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import getpass
 import json
 import os
+import socket
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from ..engine.core import parse_run_id
 from ..errors import PikkuError, SchemaMissingError, StoreUnavailableError
+from ..store.model import Operator
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku
@@ -358,6 +361,16 @@ def json_option(fn: F) -> F:
         is_flag=True,
         help="Print JSON (stable keys) instead of a table.",
     )(fn)
+
+
+def cli_operator() -> Operator:
+    """Who acts from the command line, for the run's audit trail: the OS
+    user, on this host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        user = f"uid {os.getuid()}"
+    return Operator(user, socket.gethostname())
 
 
 def echo_json(data: Any) -> None:

@@ -21,6 +21,7 @@ from . import render
 from .common import (
     RUN_ID,
     ParamTypeBase,
+    cli_operator,
     database_url_option,
     echo_json,
     friendly_errors,
@@ -77,7 +78,7 @@ def signal(run_id: str, name: str, payload: Any, as_json: bool) -> None:
         "the run's next pass, which sees the signal, is started by a message sent "
         "through your Celery app"
     )
-    run = pikku.send_signal(run_id, name, payload)
+    run = pikku.send_signal(run_id, name, payload, by=cli_operator())
     if as_json:
         summary = render.run_summary(run, pikku.store.now_ms())
         summary["signal"] = {"name": name, "payload": payload}

@@ -27,7 +27,15 @@ from ..engine.handle import StepHistory
 from ..engine.sweep import SweepReport
 from ..engine.versions import HASH_PREFIX
 from ..payload import UnreadableValue
-from ..store.model import AttemptStatus, RunState, StepKind, StepState, StepStatus
+from ..store.model import (
+    EAGER,
+    AttemptStatus,
+    AuditEntry,
+    RunState,
+    StepKind,
+    StepState,
+    StepStatus,
+)
 from ..web.durations import (
     attempt_duration_ms,
     lease_remaining_ms,
@@ -36,7 +44,7 @@ from ..web.durations import (
     with_next,
 )
 from ..web.shapes import blocked as _blocked
-from ..web.shapes import error_text
+from ..web.shapes import error_text, waiting_json
 from ..web.shapes import run_summary as run_summary  # re-exported: one run's JSON
 
 STATUS_STYLE = {
@@ -88,10 +96,10 @@ def human_seconds(value: float | None) -> str:
     return f"{sign}{whole // 86400} d {whole % 86400 // 3600} h"
 
 
-def compact(value: Any, limit: int = 120) -> str:
-    """``value`` as one line of JSON, cut at ``limit`` characters."""
+def compact(value: Any, limit: int | None = 120) -> str:
+    """``value`` as one line of JSON, cut at ``limit`` characters (None: whole)."""
     text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def styled(value: str | None, style: str = "") -> Text:
@@ -163,8 +171,27 @@ def titled(title: str, table: Table) -> Group:
     return Group(Text(title, style="bold"), table)
 
 
-def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
-    """The ``runs list`` table."""
+def waiting_text(run: RunState, steps: Sequence[StepState]) -> str | None:
+    """What a live run waits for, for people: ``waiting for signal NAME``
+    (and its timeout) or ``sleeping until TIME``; None for neither."""
+    waiting = waiting_json(run, steps)
+    if waiting is None:
+        return None
+    step = next(s for s in steps if s.name == waiting["step"])
+    if waiting["for"] == "signal":
+        timeout = f", timeout {clock(step.wake_at)} UTC" if step.wake_at is not None else ""
+        return f"waiting for signal {waiting['name']}{timeout}"
+    return f"sleeping until {clock(step.wake_at)} UTC"
+
+
+def runs_table(
+    runs: Sequence[RunState],
+    now: int,
+    title: str,
+    live_steps: dict[str, list[StepState]] | None = None,
+) -> Group:
+    """The ``runs list`` table; a live run whose steps are in ``live_steps``
+    says what it waits for (a signal, a timer)."""
     table = Table()
     table.add_column("run", no_wrap=True)
     table.add_column("workflow")
@@ -172,11 +199,13 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
     table.add_column("status", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("duration", justify="right", no_wrap=True)
-    table.add_column("error")
+    table.add_column("error / waiting for")
     for run in runs:
         status = run.status.value + (" (cancelling)" if _cancelling(run) else "")
         if _blocked(run):
             status += " (blocked)"
+        problem = error_text(run.error) or _prefixed("blocked: ", _blocked(run))
+        waiting = waiting_text(run, (live_steps or {}).get(run.id, []))
         table.add_row(
             styled(run.id),
             styled(run.workflow),
@@ -184,7 +213,7 @@ def runs_table(runs: Sequence[RunState], now: int, title: str) -> Group:
             status_cell(status),
             styled(clock(run.created_at)),
             styled(human_seconds(run_duration_ms(run, now) / 1000)),
-            styled(error_text(run.error) or _prefixed("blocked: ", _blocked(run)), "red"),
+            styled(problem, "red") if problem or waiting is None else styled(waiting, "cyan"),
         )
     return titled(title, table)
 
@@ -273,7 +302,7 @@ def steps_table(steps: Sequence[StepHistory], now: int) -> Group:
     return titled("steps", table)
 
 
-def _shown(value: Any, limit: int = 60) -> str:
+def _shown(value: Any, limit: int | None = 60) -> str:
     """A stored value in a table cell: compact JSON, or an unreadable one as stored."""
     return repr(value) if isinstance(value, UnreadableValue) else compact(value, limit)
 
@@ -294,13 +323,63 @@ def _detail(step: StepState) -> str:
     return compact(step.result, 60)
 
 
+def arguments_table(steps: Sequence[StepHistory], limit: int | None) -> Group | None:
+    """Each task step's arguments, as JSON cut at ``limit`` characters
+    (None: whole); None when no step has any."""
+    rows = [h.step for h in steps if h.step.kind == StepKind.TASK]
+    rows = [s for s in rows if s.args or s.kwargs]
+    if not rows:
+        return None
+    table = Table()
+    table.add_column("step", no_wrap=True)
+    table.add_column("args")
+    table.add_column("kwargs")
+    for step in rows:
+        table.add_row(
+            styled(step.name),
+            styled(_shown(step.args, limit) if step.args else "-"),
+            styled(_shown(step.kwargs, limit) if step.kwargs else "-"),
+        )
+    cut = "" if limit is None else f" (cut at {limit} characters; --full shows them whole)"
+    return titled(f"arguments{cut}", table)
+
+
+def audit_table(entries: Sequence[AuditEntry], limit: int | None) -> Group:
+    """What operators did to the run: when (UTC), what, who, from where, with what."""
+    table = Table()
+    table.add_column("at (UTC)", no_wrap=True)
+    table.add_column("action", no_wrap=True)
+    table.add_column("by", no_wrap=True)
+    table.add_column("from", no_wrap=True)
+    table.add_column("details")
+    for entry in entries:
+        table.add_row(
+            styled(clock(entry.at)),
+            styled(entry.action.value),
+            styled(entry.actor),
+            styled(entry.origin),
+            styled(compact(entry.details, limit) if entry.details else "-"),
+        )
+    return titled("operator actions", table)
+
+
+def _task_id(attempt_task_id: str | None, dispatch: str | None) -> str | None:
+    """An attempt's Celery task id; an eager attempt's is its carrier's, so marked."""
+    if attempt_task_id is None:
+        return None
+    return f"{attempt_task_id} (carrier)" if dispatch == EAGER else attempt_task_id
+
+
 def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
-    """The attempts table of ``runs show``: every attempt of every step."""
+    """The attempts table of ``runs show``: every attempt of every step, with
+    Celery's node name of its worker and the task id of the message that
+    carried it (to find its log lines)."""
     table = Table()
     table.add_column("step", no_wrap=True)
     table.add_column("attempt", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("worker", no_wrap=True)
+    table.add_column("node", no_wrap=True)
+    table.add_column("celery task id", no_wrap=True)
     table.add_column("dispatch", no_wrap=True)
     table.add_column("renewals", justify="right", no_wrap=True)
     table.add_column("started (UTC)", no_wrap=True)
@@ -314,7 +393,8 @@ def attempts_table(steps: Sequence[StepHistory], now: int) -> Group:
                 styled(history.step.name),
                 styled(str(attempt.attempt)),
                 status_cell(attempt.status.value),
-                styled(attempt.worker),
+                styled(attempt.node or attempt.worker),
+                styled(_task_id(attempt.task_id, attempt.dispatch)),
                 styled(attempt.dispatch),
                 styled(str(attempt.renewals)),
                 styled(clock(attempt.started_at)),

@@ -28,12 +28,17 @@ from .canvas_tree import canvas_tree
 from .common import (
     RUN_ID,
     ParamTypeBase,
+    cli_operator,
     database_url_option,
     echo_json,
     friendly_errors,
     json_option,
     state,
 )
+
+ARGUMENTS_SHOWN = 80
+"""Characters of a step's arguments (or an action's details) ``runs show``
+prints before cutting them short (``--full``: whole)."""
 
 AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
 AGE_MS = {"s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
@@ -150,21 +155,26 @@ def list_runs(
     if not shown:
         out.print("no runs match" + (f" on page {page}" if page > 1 else ""))
         return
-    out.print(render.runs_table(shown, now, f"runs, newest first (page {page})"))
+    live = store.steps_of_runs([r.id for r in shown if not r.status.terminal])
+    out.print(render.runs_table(shown, now, f"runs, newest first (page {page})", live))
     if has_more:
         out.print(f"more on page {page + 1}: add --page {page + 1}")
 
 
 @runs.command("show")
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
+@click.option("--full", is_flag=True, help="Show step arguments and action details whole, not cut.")
 @database_url_option
 @json_option
 @friendly_errors
-def show_run(run_id: str, as_json: bool) -> None:
-    """Show a run, its steps and every attempt.
+def show_run(run_id: str, full: bool, as_json: bool) -> None:
+    """Show a run, its steps, every attempt and what operators did to it.
 
     Each step with its attempt, worker, duration and the lease left on the
-    store's clock; then each attempt with its worker, duration and error.
+    store's clock; the task steps' arguments (cut short unless --full); each
+    attempt with Celery's node name, the task id of the message that carried
+    it, its duration and error; then the operator actions (cancel, retry,
+    signal: when, who, from where), a retry keeping the error it cleared.
     """
     store = state().store()
     if as_json:  # what the run page shows of it
@@ -179,8 +189,15 @@ def show_run(run_id: str, as_json: bool) -> None:
         parts.append(render.steps_table(steps, now))
     else:
         parts.append("no steps recorded yet")
+    limit = None if full else ARGUMENTS_SHOWN
+    arguments = render.arguments_table(steps, limit)
+    if arguments is not None:
+        parts.append(arguments)
     if any(h.attempts for h in steps):
         parts.append(render.attempts_table(steps, now))
+    audit = store.audit_trail(run.id)
+    if audit:
+        parts.append(render.audit_table(audit, limit))
     render.console().print(Group(*parts))
 
 
@@ -199,7 +216,7 @@ def cancel_run(run_id: str, as_json: bool) -> None:
     pikku = state().workflows(
         "the run's next pass, which ends it, is started by a message sent through your Celery app"
     )
-    run = pikku.cancel(run_id)
+    run = pikku.cancel(run_id, by=cli_operator())
     if as_json:
         echo_json(render.run_summary(run, pikku.store.now_ms()))
         return
@@ -224,7 +241,7 @@ def retry_run(run_id: str, as_json: bool) -> None:
     pikku = state().workflows(
         "the retried steps are started by a message sent through your Celery app"
     )
-    run = pikku.retry(run_id)
+    run = pikku.retry(run_id, by=cli_operator())
     reopened = [
         s
         for s in pikku.store.get_steps(run.id)

@@ -80,7 +80,8 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from ..engine.core import WorkflowEngine, parse_run_id
 from ..payload import parse_json
-from ..web.api import ENVELOPE_BYTES, ERRORS, ApiError, RunApi, error_answer
+from ..store.model import Operator
+from ..web.api import ENVELOPE_BYTES, ERRORS, ApiError, RunApi, error_answer, request_operator
 from ..web.flask_routes import TREES as RUN_PAGE_TREES
 from ..web.flask_routes import add_run_page, respond
 from .summary import run_dict, run_summary
@@ -236,6 +237,7 @@ def make_blueprint(
     tracebacks: bool = False,
     max_body_bytes: int | None = None,
     run_page: bool = False,
+    identity: Callable[[], str | None] | None = None,
 ) -> Blueprint:
     """The JSON API over ``pikku`` (default: the app's :class:`PikkuFlask`).
 
@@ -254,6 +256,13 @@ def make_blueprint(
     run page shows errors whole, tracebacks included, to whoever the hook
     lets read.
 
+    Every cancel, retry and signal is kept in the run's audit trail with
+    who asked and from where: ``identity()`` names the request's user (e.g.
+    ``lambda: current_user.get_id()``, the user your permission hook
+    checks); without it, the server's ``REMOTE_USER`` (an authenticating
+    front server), else ``"api"``; the client's address is
+    ``request.remote_addr``.
+
     Without ``pikku``, registering the blueprint on an app that has no
     :class:`PikkuFlask` raises ``RuntimeError``.
     """
@@ -269,6 +278,10 @@ def make_blueprint(
 
     def engine() -> WorkflowEngine:
         return pikku if pikku is not None else current_pikku()
+
+    def operator() -> Operator:
+        user = identity() if identity is not None else request.remote_user
+        return request_operator(user, request.remote_addr)
 
     def allow(action: str, target: str) -> None:
         if not permission(action, target):
@@ -381,20 +394,22 @@ def make_blueprint(
         allow("signal", run_id)
         rid = _run_id(run_id)
         payload = _json_body(body_limit())
-        run = engine().send_signal(rid, name, payload)
+        run = engine().send_signal(rid, name, payload, by=operator())
         return accepted(run.id, run_dict(run, tracebacks=tracebacks))
 
     @bp.post("/runs/<run_id>/cancel")
     def cancel_run(run_id: str) -> tuple[Response, int, dict[str, str]]:
         """Ask the run (and its children) to end as cancelled; a settled run is a 409."""
         allow("cancel", run_id)
-        run = engine().cancel(_run_id(run_id))
+        run = engine().cancel(_run_id(run_id), by=operator())
         return accepted(run.id, run_dict(run, tracebacks=tracebacks))
 
     views = frozenset({start_run, run_status, send_signal, cancel_run})
     own_trees: tuple[str, ...] = _OWN_TREES
     if run_page:
-        views |= add_run_page(bp, lambda: RunApi(engine(), permission, max_body_bytes=body_limit()))
+        views |= add_run_page(
+            bp, lambda: RunApi(engine(), permission, max_body_bytes=body_limit()), operator
+        )
         own_trees += RUN_PAGE_TREES
 
     def ours(endpoint: str | None) -> bool:

@@ -1,8 +1,9 @@
 """A run as plain JSON-ready data, shared by the Flask API and the example pages.
 
-Times are ISO 8601 in UTC (the store keeps epoch milliseconds on the
-database's clock). Tracebacks are left out unless asked for: an HTTP answer
-should not hand a caller the server's source paths by default.
+Times are ISO 8601 in UTC with ``Z``, to the millisecond, as every JSON
+answer of pikku writes them (:mod:`pikku_celery.times`). Tracebacks are
+left out unless asked for: an HTTP answer should not hand a caller the
+server's source paths by default.
 """
 
 from __future__ import annotations
@@ -10,13 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.handle import RunHandle, StepHistory
-from ..store.model import AttemptState, ErrorInfo, RunState, ms_to_datetime
-
-
-def iso(ms: int | None) -> str | None:
-    """Epoch milliseconds as an ISO 8601 UTC string (None stays None)."""
-    when = ms_to_datetime(ms)
-    return None if when is None else when.isoformat().replace("+00:00", "Z")
+from ..store.model import AttemptState, ErrorInfo, RunState
+from ..times import iso
 
 
 def error_dict(error: ErrorInfo | None, *, tracebacks: bool = False) -> dict[str, Any] | None:
@@ -53,6 +49,9 @@ def attempt_dict(attempt: AttemptState, *, tracebacks: bool = False) -> dict[str
         "attempt": attempt.attempt,
         "status": str(attempt.status),
         "worker": attempt.worker,
+        "node": attempt.node,
+        "task_id": attempt.task_id,
+        "dispatch": attempt.dispatch,
         "started_at": iso(attempt.started_at),
         "finished_at": iso(attempt.finished_at),
         "error": error_dict(attempt.error, tracebacks=tracebacks),
@@ -68,6 +67,8 @@ def step_dict(history: StepHistory, *, tracebacks: bool = False) -> dict[str, An
         "status": str(step.status),
         "task": step.task_name,
         "queue": step.queue,
+        "args": step.args,
+        "kwargs": step.kwargs,
         "attempt": step.attempt,
         "max_attempts": step.max_attempts,
         "result": step.result,

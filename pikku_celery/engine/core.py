@@ -24,8 +24,17 @@ from ..lease.base import LeaseService, positive_seconds
 from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
 from ..payload import dumps
 from ..store.base import StoreCapabilities, WorkflowStore
-from ..store.model import JSON, NewRun, RunState
+from ..store.model import (
+    JSON,
+    AuditAction,
+    Delivery,
+    NewRun,
+    Operator,
+    RunState,
+    StepStatus,
+)
 from ..store.rules import LEASE_BOUND_FACTOR
+from .audit import API_OPERATOR, signal_details
 from .closing import close_each
 from .dispatcher import Dispatcher, EagerDispatch
 from .eager import EAGER_MAX_SECONDS, EAGER_MAX_STEPS, EagerBudget
@@ -390,36 +399,66 @@ class WorkflowEngine:
         """A :class:`RunHandle` for a run id (checked to be a run id, not looked up)."""
         return RunHandle(self, parse_run_id(run_id))
 
-    def send_signal(self, run_id: str, name: str, payload: JSON = None) -> RunState:
+    def send_signal(
+        self, run_id: str, name: str, payload: JSON = None, *, by: Operator | None = None
+    ) -> RunState:
         """Deliver a signal; the run's next pass sees it. A settled run refuses
         it; a name already sent with another payload raises
-        :class:`SignalAlreadySentError` (the same payload again is a no-op)."""
+        :class:`SignalAlreadySentError` (the same payload again is a no-op).
+
+        Kept in the run's audit trail as done ``by`` (default: ``"api"``).
+        """
         check_name(name, "signal name", MAX_SIGNAL_NAME_LENGTH)
-        self.check_input(payload, f"signal {name!r}", "payload")
+        text = self.check_input(payload, f"signal {name!r}", "payload")
         rid = parse_run_id(run_id)
         run = ride_out(
             self,
             lambda: self.store.send_signal(rid, name, payload),
             f"sending signal {name!r} to run {rid}",
         )
+        self._audit(run.id, AuditAction.SIGNAL, by, signal_details(name, payload, text))
         self.dispatcher.wake_run(run.id, reason="signal")
         return run
 
-    def cancel(self, run_id: str) -> RunState:
-        """Ask a run to end as cancelled (its children too). A settled run refuses."""
+    def cancel(self, run_id: str, *, by: Operator | None = None) -> RunState:
+        """Ask a run to end as cancelled (its children too). A settled run refuses.
+
+        Kept in the run's audit trail as done ``by`` (default: ``"api"``).
+        """
         rid = parse_run_id(run_id)
         run = ride_out(self, lambda: self.store.request_cancel(rid), f"cancelling run {rid}")
         if run.status.terminal:
             raise RunSettledError(f"workflow run {run.id} is already {run.status}")
+        self._audit(run.id, AuditAction.CANCEL, by, {})
         self.dispatcher.wake_run(run.id, reason="cancel")
         return run
 
-    def retry(self, run_id: str) -> RunState:
-        """Resume a failed run from its failed steps, with fresh attempts."""
+    def retry(self, run_id: str, *, by: Operator | None = None) -> RunState:
+        """Resume a failed run from its failed steps, with fresh attempts.
+
+        The run's error is cleared for the new attempts, so the audit entry
+        (done ``by``, default ``"api"``) keeps it, with the failed steps'
+        names; their failed attempts stay in the steps' history.
+        """
         rid = parse_run_id(run_id)
+
+        def read() -> tuple[RunState | None, list[str]]:
+            steps = self.store.get_steps(rid)
+            return self.store.get_run(rid), [s.name for s in steps if s.status == StepStatus.FAILED]
+
+        before, failed = ride_out(self, read, f"reading run {rid}")
         run = ride_out(self, lambda: self.store.retry_run(rid), f"retrying run {rid}")
+        previous = None if before is None else before.error
+        self._audit(
+            run.id, AuditAction.RETRY, by, {"previous_error": previous, "failed_steps": failed}
+        )
         self.dispatcher.wake_run(run.id, reason="retry")
         return run
+
+    def _audit(
+        self, run_id: str, action: AuditAction, by: Operator | None, details: dict[str, JSON]
+    ) -> None:
+        self.store.record_action(run_id, action, by or API_OPERATOR, details)
 
     # --- what workers do -----------------------------------------------------
     def orchestrate(self, run_id: str, reason: str = "", *, trace: Carrier | None = None) -> None:
@@ -439,19 +478,22 @@ class WorkflowEngine:
         queue: str | None = None,
         *,
         trace: Carrier | None = None,
+        delivery: Delivery | None = None,
     ) -> Any:
         """Run one attempt of a step if this message wins the claim (see ``execute``).
 
         Ids are checked to be UUIDs (:class:`InvalidIdError`) and the task and
         queue to be names, before any SQL: a message is anyone's input.
-        ``trace`` is the trace context the message carried.
+        ``trace`` is the trace context the message carried; ``delivery`` its
+        Celery task id and the worker's node name, kept on each attempt it
+        runs (no node: this process's ``host:pid``).
         """
         run_id = check_id(run_id, "run id")
         step_id = check_id(step_id, "step id")
         check_name(task_name, "task name")
         if queue is not None:
             check_name(queue, "queue")
-        return execute_step(self, run_id, step_id, task_name, body, queue, trace)
+        return execute_step(self, run_id, step_id, task_name, body, queue, trace, delivery)
 
     # --- letting go ----------------------------------------------------------
     def close(self) -> None:

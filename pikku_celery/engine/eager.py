@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..store.changes import new_claim_id
-from ..store.model import Decision, EagerClaim, NewStep, StepKind, StepState, StepStatus
+from ..store.model import (
+    Decision,
+    Delivery,
+    EagerClaim,
+    NewStep,
+    StepKind,
+    StepState,
+    StepStatus,
+)
 from .dispatcher import EagerDispatch
 
 if TYPE_CHECKING:
@@ -76,7 +84,9 @@ class EagerOffer:
         worker: str,
         carrier: StepBody,
         lease_ms: Callable[[str | None], int],
+        delivery: Delivery | None = None,
     ) -> None:
+        self._delivery = delivery
         self._dispatch = dispatch
         self._worker = worker
         self._carrier = carrier
@@ -95,18 +105,22 @@ class EagerOffer:
             if body is None:
                 continue
             decision.eager = EagerClaim(
-                new.name, self._worker, self._lease_ms(new.queue), new_claim_id()
+                new.name, self._worker, self._lease_ms(new.queue), new_claim_id(), self._delivery
             )
             self.body = body
             return
 
 
 def eager_offer(
-    engine: WorkflowEngine, budget: EagerBudget | None, carrier: StepBody
+    engine: WorkflowEngine,
+    budget: EagerBudget | None,
+    carrier: StepBody,
+    delivery: Delivery | None = None,
 ) -> EagerOffer | None:
     """An offer for the next pass, if the engine's dispatcher can run steps
-    here and the message's budget is not spent."""
+    here and the message's budget is not spent; the eager attempt's row
+    names the carrying message (``delivery``)."""
     dispatch = engine.eager_dispatch
     if budget is None or dispatch is None or budget.spent():
         return None
-    return EagerOffer(dispatch, engine.worker_id, carrier, engine.dispatcher.lease_ms)
+    return EagerOffer(dispatch, engine.worker_id, carrier, engine.dispatcher.lease_ms, delivery)

@@ -15,7 +15,16 @@ from ..errors import (
 )
 from ..payload import dumps
 from ..retry import RetryPolicy
-from ..store.model import BROKER, EAGER, JSON, AdvanceResult, StepOutcome, StepState, StepStatus
+from ..store.model import (
+    BROKER,
+    EAGER,
+    JSON,
+    AdvanceResult,
+    Delivery,
+    StepOutcome,
+    StepState,
+    StepStatus,
+)
 from ..store.rules import lease_lapsed
 from .eager import EagerOffer, eager_offer
 from .observe import Carrier
@@ -65,6 +74,7 @@ def execute_step(
     body: StepBody,
     queue: str | None = None,
     trace: Carrier | None = None,
+    delivery: Delivery | None = None,
 ) -> StepOutcome | None:
     """Run one attempt of a step if this message wins the claim, then the
     run's next steps that its passes wrote claimed by this worker (eager
@@ -73,8 +83,13 @@ def execute_step(
     Returns the outcome written for the message's own step, or None when the
     message had nothing to do (someone else owns the step, it is settled, or
     it was superseded). ``trace`` is the trace context the message carried,
-    for the observers.
+    for the observers; ``delivery`` names the message and node on every
+    attempt it runs.
     """
+    carried = Delivery(
+        None if delivery is None else delivery.task_id,
+        (delivery.node if delivery is not None else None) or engine.worker_id,
+    )
     lease_ms = engine.dispatcher.lease_ms(queue)
     if lease_ms < SHORT_LEASE_MS:
         engine.warn_short_lease(queue, lease_ms)
@@ -91,6 +106,7 @@ def execute_step(
                 lease_ms,
                 run_id=run_id,
                 bound_ms=engine.lease_bound_ms(),
+                delivery=carried,
             ),
             f"claiming step {step_id} of run {run_id}",
         )
@@ -105,7 +121,7 @@ def execute_step(
     first: StepOutcome | None = None
     dispatch = BROKER
     while step is not None:
-        offer = eager_offer(engine, budget, body)
+        offer = eager_offer(engine, budget, body, carried)
         outcome, done = _attempt(
             engine, run_id, step, body, lease_ms, offer, (dispatch, claimed_ns, trace)
         )

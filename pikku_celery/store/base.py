@@ -16,9 +16,13 @@ from .model import (
     AdvanceResult,
     AttemptState,
     AttemptStatus,
+    AuditAction,
+    AuditEntry,
     Decision,
+    Delivery,
     ErrorInfo,
     NewRun,
+    Operator,
     RunState,
     RunStatus,
     RunView,
@@ -79,7 +83,28 @@ class WorkflowStore(Protocol):
         """Reopen a failed run: its failed steps get fresh attempts."""
         ...
 
+    # --- the audit trail: what operators did -------------------------------
+    def record_action(
+        self,
+        run_id: str,
+        action: AuditAction,
+        operator: Operator,
+        details: dict[str, JSON] | None = None,
+    ) -> AuditEntry:
+        """Keep an operator's action on the run, at the store's clock; kept
+        for good, whatever the run does next."""
+        ...
+
+    def audit_trail(self, run_id: str) -> list[AuditEntry]:
+        """The run's operator actions, oldest first (empty for none)."""
+        ...
+
     # --- reads for people: the run page and the command line -----------------
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepState]]:
+        """The steps of each run named, in order, in one read (the runs list
+        says what a live run waits for); a run with none is left out."""
+        ...
+
     def count_runs_by_status(
         self,
         *,
@@ -139,6 +164,7 @@ class WorkflowStore(Protocol):
         *,
         run_id: str | None = None,
         bound_ms: int | None = None,
+        delivery: Delivery | None = None,
     ) -> StepState | None:
         """Take the step for a new attempt, in one guarded write.
 
@@ -150,7 +176,9 @@ class WorkflowStore(Protocol):
         clock set back) counts as lapsed too. The lease is written on the
         store's clock. With
         ``run_id``, a step of another run is never claimed (a stale or forged
-        message). None when someone else owns it or it is settled. Raises
+        message). ``delivery`` (the carrying Celery message and node) is
+        written on the new attempt's row by the same write. None when someone
+        else owns it or it is settled. Raises
         :class:`WorkflowStepFunctionMismatchError` if ``task_name`` differs
         from the recorded one.
         """

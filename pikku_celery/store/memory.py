@@ -41,9 +41,13 @@ from .model import (
     AdvanceResult,
     AttemptState,
     AttemptStatus,
+    AuditAction,
+    AuditEntry,
     Decision,
+    Delivery,
     ErrorInfo,
     NewRun,
+    Operator,
     RunState,
     RunStatus,
     RunView,
@@ -85,6 +89,7 @@ class InMemoryWorkflowStore:
         self._signals: dict[str, dict[str, JSON]] = {}
         # the sweep's per-step backoff: step id -> (next_sweep_at, sweep_count)
         self._step_sweeps: dict[str, tuple[int, int]] = {}
+        self._audit: list[AuditEntry] = []
 
     # --- clock ---------------------------------------------------------------
     def now_ms(self) -> int:
@@ -190,6 +195,39 @@ class InMemoryWorkflowStore:
             return self._touch_run(run, status=RunStatus.RUNNING, error=None, wake_at=now)
 
     # --- reads for people ----------------------------------------------------
+    def record_action(
+        self,
+        run_id: str,
+        action: AuditAction,
+        operator: Operator,
+        details: dict[str, JSON] | None = None,
+    ) -> AuditEntry:
+        kept = normalise(details or {}, f"{action} of run {run_id}", "details")
+        with self._lock:
+            entry = AuditEntry(
+                len(self._audit) + 1,
+                run_id,
+                AuditAction(action),
+                operator.actor,
+                operator.origin,
+                kept,
+                self._clock(),
+            )
+            self._audit.append(entry)
+            return entry
+
+    def audit_trail(self, run_id: str) -> list[AuditEntry]:
+        with self._lock:
+            return [e for e in self._audit if e.run_id == run_id]
+
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepState]]:
+        with self._lock:
+            return {
+                rid: [self._steps[sid] for sid in self._run_steps[rid]]
+                for rid in run_ids
+                if self._run_steps.get(rid)
+            }
+
     def count_runs_by_status(
         self,
         *,
@@ -287,6 +325,7 @@ class InMemoryWorkflowStore:
         *,
         run_id: str | None = None,
         bound_ms: int | None = None,
+        delivery: Delivery | None = None,
     ) -> StepState | None:
         with self._lock:
             step = self._steps.get(step_id)
@@ -322,6 +361,8 @@ class InMemoryWorkflowStore:
                     started_at=now,
                     claim_id=claimed.claim_id,
                     dispatch=BROKER,
+                    task_id=None if delivery is None else delivery.task_id,
+                    node=None if delivery is None else delivery.node,
                 )
             )
             return claimed
@@ -521,6 +562,8 @@ class InMemoryWorkflowStore:
                         started_at=now,
                         claim_id=step.claim_id,
                         dispatch=EAGER,
+                        task_id=None if claim.delivery is None else claim.delivery.task_id,
+                        node=None if claim.delivery is None else claim.delivery.node,
                     )
                 ]
             elif step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:

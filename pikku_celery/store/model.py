@@ -170,6 +170,17 @@ EAGER = "eager"
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """How an attempt reached its worker, in Celery's words, so a person can
+    find its log lines: the id of the message that carried it (an eager
+    attempt's carrier) and the worker's node name (``celery@host``; the
+    process's ``host:pid`` where no Celery worker runs it)."""
+
+    task_id: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
 class AttemptState:
     """One attempt of a step: who ran it, when, and how it ended."""
 
@@ -185,6 +196,40 @@ class AttemptState:
     dispatch: str | None = None  # how it reached its worker: "broker" or "eager"
     renewals: int = 0  # how often its worker renewed its lease
     renewed_at: int | None = None  # when it last did
+    task_id: str | None = None  # the Celery message that carried it (eager: its carrier)
+    node: str | None = None  # Celery's node name of its worker (no worker: host:pid)
+
+
+class AuditAction(StrEnum):
+    """What an operator did to a run."""
+
+    CANCEL = "cancel"
+    RETRY = "retry"
+    SIGNAL = "signal"
+
+
+@dataclass(frozen=True)
+class Operator:
+    """Who asks for an action and from where: the web hook's user (or
+    ``"api"``) and the client's address, or the command line's OS user and
+    host."""
+
+    actor: str
+    origin: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One operator action on a run, kept for good: a retry keeps the error
+    it cleared in ``details["previous_error"]``."""
+
+    id: int
+    run_id: str
+    action: AuditAction
+    actor: str
+    origin: str | None
+    details: dict[str, JSON]
+    at: int  # on the store's clock
 
 
 @dataclass(frozen=True)
@@ -238,6 +283,7 @@ class EagerClaim:
     worker: str
     lease_ms: int
     claim_id: str
+    delivery: Delivery | None = None  # the carrying message's, for the attempt row
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ from ..payload import read_stored
 from .model import (
     AttemptState,
     AttemptStatus,
+    AuditAction,
+    AuditEntry,
+    Delivery,
     NewRun,
     RunState,
     RunStatus,
@@ -227,6 +230,22 @@ def attempt_from(row: Any) -> AttemptState:
         dispatch=row.dispatch,
         renewals=row.renewals,
         renewed_at=row.renewed_at,
+        task_id=row.task_id,
+        node=row.node,
+    )
+
+
+def audit_from(row: Any) -> AuditEntry:
+    """The audit entry in ``row``."""
+    details = read_stored(row.details, "run {} audit entry {} details", row.run_id, row.id) or {}
+    return AuditEntry(
+        id=int(row.id),
+        run_id=row.run_id,
+        action=AuditAction(row.action),
+        actor=row.actor,
+        origin=row.origin,
+        details=details if isinstance(details, dict) else {"unreadable": repr(details)},
+        at=int(row.at),
     )
 
 
@@ -264,7 +283,11 @@ def step_params(step: StepState, args: str, kwargs: str, result: str | None) -> 
 
 
 def attempt_params(
-    step: StepState, status: AttemptStatus, dispatch: str | None, started_at: int
+    step: StepState,
+    status: AttemptStatus,
+    dispatch: str | None,
+    started_at: int,
+    delivery: Delivery | None = None,
 ) -> dict[str, Any]:
     """A new attempt row of ``step``'s current attempt, as insert parameters
     (every column, so rows of different kinds batch in one statement)."""
@@ -282,6 +305,8 @@ def attempt_params(
         "dispatch": dispatch,
         "renewals": 0,
         "renewed_at": None,
+        "task_id": None if delivery is None else delivery.task_id,
+        "node": None if delivery is None else delivery.node,
     }
 
 

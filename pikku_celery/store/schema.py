@@ -213,6 +213,10 @@ attempt_table = sa.Table(
     # its lease renewals: how many, the last one's time (the run page's timeline)
     sa.Column("renewals", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("renewed_at", MS, nullable=True),
+    # the Celery message that carried it (an eager attempt: its carrier's) and
+    # Celery's node name of the worker that ran it (host:pid outside a worker)
+    sa.Column("task_id", NAME, nullable=True),
+    sa.Column("node", NAME, nullable=True),
 )
 
 signal_table = sa.Table(
@@ -224,5 +228,20 @@ signal_table = sa.Table(
     sa.Column("created_at", MS, nullable=False),
 )
 
-STORE_TABLES = (run_table, step_table, attempt_table, signal_table)
+# What operators did to a run (cancel, retry, signal): who, when on the
+# database's clock, from where, and with what. Append-only; read per run.
+audit_table = sa.Table(
+    "pikku_workflow_audit",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("run_id", ID, nullable=False),
+    sa.Column("action", _key_string(16), nullable=False),
+    sa.Column("actor", NAME, nullable=False),
+    sa.Column("origin", NAME, nullable=True),
+    sa.Column("details", JSON_TEXT, nullable=True),
+    sa.Column("at", MS, nullable=False),
+    sa.Index("ix_pikku_audit_run", "run_id", "id"),
+)
+
+STORE_TABLES = (run_table, step_table, attempt_table, signal_table, audit_table)
 """The tables :class:`~pikku_celery.store.sql.SQLWorkflowStore` needs."""

@@ -66,10 +66,14 @@ from .model import (
     AdvanceResult,
     AttemptState,
     AttemptStatus,
+    AuditAction,
+    AuditEntry,
     Decision,
+    Delivery,
     EagerClaim,
     ErrorInfo,
     NewRun,
+    Operator,
     RunState,
     RunStatus,
     RunView,
@@ -82,6 +86,7 @@ from .rows import (
     SIGNAL_PLACE,
     attempt_from,
     attempt_params,
+    audit_from,
     run_from,
     run_params,
     step_from,
@@ -413,7 +418,56 @@ class SQLWorkflowStore:
             conn.execute(self.statements.run_reopen, {"p_id": run_id, "p_now": now})
             return self._reread(conn, run_id)
 
+    # --- the audit trail ----------------------------------------------------
+    @_prepared
+    def record_action(
+        self,
+        run_id: str,
+        action: AuditAction,
+        operator: Operator,
+        details: dict[str, JSON] | None = None,
+    ) -> AuditEntry:
+        text = dumps(details or {}, f"{action} of run {run_id}", "details")
+        with self._engine.begin() as conn:
+            now = int(conn.execute(self.statements.now).scalar_one())
+            params = {
+                "p_id": run_id,
+                "p_action": AuditAction(action).value,
+                "p_actor": operator.actor,
+                "p_origin": operator.origin,
+                "p_details": text,
+                "p_now": now,
+            }
+            made = conn.execute(self.statements.audit_insert, params).inserted_primary_key
+            assert made is not None  # an INSERT of one row names it
+            entry_id = int(made[0])
+        return AuditEntry(
+            entry_id,
+            run_id,
+            AuditAction(action),
+            operator.actor,
+            operator.origin,
+            json.loads(text),
+            now,
+        )
+
+    @_prepared
+    def audit_trail(self, run_id: str) -> list[AuditEntry]:
+        with self._one() as conn:
+            rows = conn.execute(self.statements.audit_of_run, {"p_id": run_id})
+            return [audit_from(r) for r in rows]
+
     # --- reads for people ----------------------------------------------------
+    @_prepared
+    def steps_of_runs(self, run_ids: Sequence[str]) -> dict[str, list[StepState]]:
+        found: dict[str, list[StepState]] = {}
+        if not run_ids:
+            return found
+        with self._one() as conn:
+            for row in conn.execute(self.statements.steps_of_runs, {"p_ids": list(run_ids)}):
+                found.setdefault(row.run_id, []).append(step_from(row))
+        return found
+
     @_prepared
     def count_runs_by_status(
         self,
@@ -512,6 +566,7 @@ class SQLWorkflowStore:
         *,
         run_id: str | None = None,
         bound_ms: int | None = None,
+        delivery: Delivery | None = None,
     ) -> StepState | None:
         params = {
             "p_id": step_id,
@@ -521,6 +576,8 @@ class SQLWorkflowStore:
             "p_lease_ms": lease_ms,
             "p_bound_ms": bound_ms,
             "p_claim": new_claim_id(),
+            "p_task_id": None if delivery is None else delivery.task_id,
+            "p_node": None if delivery is None else delivery.node,
         }
         return self._claim(params)
 
@@ -546,6 +603,8 @@ class SQLWorkflowStore:
                     "started_at": step.updated_at,
                     "claim_id": step.claim_id,
                     "dispatch": BROKER,
+                    "task_id": params["p_task_id"],
+                    "node": params["p_node"],
                 },
             )
             if step.attempt > 1:
@@ -902,7 +961,9 @@ class SQLWorkflowStore:
             claim = eager_claim_of(eager_claim, new)
             if claim is not None:
                 step = eager = step_created_claimed(step, claim, now)
-                attempts.append(attempt_params(step, AttemptStatus.RUNNING, EAGER, now))
+                attempts.append(
+                    attempt_params(step, AttemptStatus.RUNNING, EAGER, now, claim.delivery)
+                )
             elif (
                 new.kind != StepKind.VALUE and new.child is not None and enc.child_input is not None
             ):

@@ -283,7 +283,7 @@ class OptimisticSQLStore(SQLWorkflowStore):
             claim = eager_claim_of(decision.eager, enc.new)
             if claim is not None:
                 step = eager = step_created_claimed(step, claim, now)
-                attempt = attempt_params(step, AttemptStatus.RUNNING, EAGER, now)
+                attempt = attempt_params(step, AttemptStatus.RUNNING, EAGER, now, claim.delivery)
                 params.update({f"a_{k}": v for k, v in attempt.items()})
             row = step_params(step, enc.args, enc.kwargs, enc.value)
             params.update({f"n_{k}": v for k, v in row.items()})

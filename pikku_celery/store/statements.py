@@ -22,9 +22,10 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from .model import AttemptStatus, RunStatus, StepKind, StepStatus
 from .rules import SWEEP_BACKOFF_DOUBLINGS
-from .schema import attempt_table, run_table, signal_table, step_table
+from .schema import attempt_table, audit_table, run_table, signal_table, step_table
 
 R, S, A, G = run_table, step_table, attempt_table, signal_table
+AU = audit_table
 TERMINAL = [RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value]
 
 
@@ -116,8 +117,16 @@ CLAIMED_ATTEMPT_COLUMNS = [
     "started_at",
     "claim_id",
     "dispatch",
+    "task_id",
+    "node",
 ]
 """The attempt row a claim writes, in the order its INSERT ... SELECT gives them."""
+
+
+def claim_delivery() -> tuple[sa.BindParameter[Any], sa.BindParameter[Any]]:
+    """The claim's Celery message id and node (``p_task_id``, ``p_node``),
+    bound into the statement that writes its attempt row."""
+    return _p("task_id", sa.String(255)), _p("node", sa.String(255))
 
 
 def _claim_matches() -> ColumnElement[bool]:
@@ -342,6 +351,16 @@ class Statements:
             .order_by(R.c.created_at.desc(), R.c.id.desc())
             .limit(_p("limit", sa.Integer()))
         )
+        # The audit trail: appended at the transaction's clock, read per run.
+        self.audit_insert = sa.insert(AU).values(
+            run_id=_p("id"),
+            action=_p("action"),
+            actor=_p("actor"),
+            origin=_p("origin"),
+            details=_p("details"),
+            at=at,
+        )
+        self.audit_of_run = sa.select(AU).where(AU.c.run_id == _p("id")).order_by(AU.c.id)
         self.steps_by_status = sa.select(S.c.status, sa.func.count()).group_by(S.c.status)
         self.attempts_by_status = sa.select(A.c.status, sa.func.count()).group_by(A.c.status)
 

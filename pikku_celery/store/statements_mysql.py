@@ -25,6 +25,7 @@ from .statements import (
     _lit,
     _outcome_values,
     _p,
+    claim_delivery,
     optimistic_run_values,
 )
 
@@ -143,6 +144,9 @@ class MySQLStatements(Statements):
                 S.c.updated_at,
                 S.c.claim_id,
                 _lit(BROKER),
+                # the claim's message and node on its own row; a superseded
+                # row (ON DUPLICATE KEY) keeps its own
+                *[sa.case((back.c.d == 0, p), else_=sa.null()) for p in claim_delivery()],
             )
             .select_from(S.join(back, sa.true()))
             .where(S.c.id == _p("id"), gate == 1, S.c.attempt - back.c.d >= 1)

@@ -31,6 +31,7 @@ from .statements import (
     _lit,
     _outcome_values,
     _p,
+    claim_delivery,
     fenced_pair,
     optimistic_run_values,
 )
@@ -150,6 +151,7 @@ class PostgresStatements(Statements):
                     claimed.c.updated_at,
                     claimed.c.claim_id,
                     _lit(BROKER),
+                    *claim_delivery(),
                 ),
             )
             .cte("recorded")

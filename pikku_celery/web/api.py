@@ -41,7 +41,7 @@ from ..errors import (
 )
 from ..names import check_id
 from ..payload import parse_json
-from ..store.model import RunState, RunStatus
+from ..store.model import Operator, RunState, RunStatus
 from . import reads
 from .permissions import LIST_TARGET, Permission, allowed_actions
 from .query import QueryError, parse_run_query
@@ -79,6 +79,16 @@ RETRY_AFTER_SECONDS = 5
 restart is over by then, a longer outage is asked about again."""
 
 T = TypeVar("T")
+
+
+API_CALLER = Operator("api")
+"""Who acts through the API when the adapter knows nobody."""
+
+
+def request_operator(user: str | None, address: str | None) -> Operator:
+    """The operator of a request: its user (``"api"`` when unknown) and the
+    client's address."""
+    return Operator(user or API_CALLER.actor, address or None)
 
 
 class ApiError(Exception):
@@ -239,15 +249,18 @@ class RunApi:
         return Answer(200, shown)
 
     # --- actions -------------------------------------------------------------
-    def cancel(self, run_id: str, body: Body) -> Answer:
+    # Each is kept in the run's audit trail as done by ``operator`` (the
+    # adapter's: the request's user where known, else "api", and the
+    # client's address).
+    def cancel(self, run_id: str, body: Body, operator: Operator = API_CALLER) -> Answer:
         """Ask the run (and its children) to end as cancelled: 202; settled: 409."""
-        return self._act("cancel", run_id, body, self.engine.cancel)
+        return self._act("cancel", run_id, body, lambda rid: self.engine.cancel(rid, by=operator))
 
-    def retry(self, run_id: str, body: Body) -> Answer:
+    def retry(self, run_id: str, body: Body, operator: Operator = API_CALLER) -> Answer:
         """Resume a failed run from its failed steps: 202; not failed: 409."""
-        return self._act("retry", run_id, body, self.engine.retry)
+        return self._act("retry", run_id, body, lambda rid: self.engine.retry(rid, by=operator))
 
-    def signal(self, run_id: str, name: str, body: Body) -> Answer:
+    def signal(self, run_id: str, name: str, body: Body, operator: Operator = API_CALLER) -> Answer:
         """Deliver signal ``name`` with the body as its payload (empty: null): 202."""
 
         def send() -> Answer:
@@ -255,7 +268,8 @@ class RunApi:
             self._allow("signal", run_id)
             rid = _run_id(run_id)
             payload = read_json(body, self.max_body_bytes)
-            return self._accepted("signal", self.engine.send_signal(rid, name, payload))
+            sent = self.engine.send_signal(rid, name, payload, by=operator)
+            return self._accepted("signal", sent)
 
         return self._answer(send)
 

@@ -50,16 +50,28 @@ def attempt_duration_ms(attempt: AttemptState, later: AttemptState | None, now: 
     return None if end is None else max(0, end - attempt.started_at)
 
 
-def attempt_queued_ms(step: StepState, earlier: AttemptState | None) -> int | None:
+def attempt_queued_ms(
+    step: StepState,
+    earlier: AttemptState | None,
+    started_at: int | None = None,
+    retried: Sequence[int] = (),
+) -> int | None:
     """Since when the attempt's message waited for a worker, as far as the store knows.
 
     The first attempt's message went out when the step was recorded; a retry
-    waited from the failed attempt's finish (its retry delay included). An
-    attempt that took over a lapsed lease had no wait the store can tell.
+    waited from the failed attempt's finish (its retry delay included), or,
+    when an operator retried the failed run (``retried``: those times) before
+    the attempt started at ``started_at``, from that retry: until then the
+    run was failed, nobody waited. An attempt that took over a lapsed lease
+    had no wait the store can tell.
     """
     if earlier is None:
         return step.created_at
-    return earlier.finished_at if earlier.status != AttemptStatus.SUPERSEDED else None
+    if earlier.status == AttemptStatus.SUPERSEDED or earlier.finished_at is None:
+        return None
+    finished = earlier.finished_at
+    after = [t for t in retried if finished <= t and (started_at is None or t <= started_at)]
+    return max(after, default=finished)
 
 
 def with_next(attempts: Sequence[AttemptState]) -> list[tuple[AttemptState, AttemptState | None]]:

@@ -17,7 +17,8 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, jsonify, request, url_for
 
-from .api import Answer, Body, RunApi
+from ..store.model import Operator
+from .api import Answer, Body, RunApi, request_operator
 from .page import HTML_TYPE, PAGE_HEADERS, asset, render_page
 from .permissions import LIST_TARGET
 
@@ -44,12 +45,23 @@ def request_body() -> Body:
     )
 
 
-def add_run_page(bp: Blueprint, api: Callable[[], RunApi]) -> frozenset[Callable[..., Any]]:
+def default_operator() -> Operator:
+    """The request's operator: the server's ``REMOTE_USER`` (else ``"api"``)
+    at the client's address."""
+    return request_operator(request.remote_user, request.remote_addr)
+
+
+def add_run_page(
+    bp: Blueprint, api: Callable[[], RunApi], operator: Callable[[], Operator] | None = None
+) -> frozenset[Callable[..., Any]]:
     """Add the page, its assets and its API to ``bp``; the views added.
 
     ``api`` builds the request's :class:`~.api.RunApi` (its engine and body
-    limit are the blueprint's).
+    limit are the blueprint's); ``operator`` names who asks for an action,
+    for the audit trail (default: ``REMOTE_USER`` or ``"api"``, and the
+    client's address).
     """
+    who = operator or default_operator
 
     @bp.get("/")
     def run_page() -> Response:
@@ -92,17 +104,17 @@ def add_run_page(bp: Blueprint, api: Callable[[], RunApi]) -> frozenset[Callable
     @bp.post("/api/runs/<run_id>/cancel")
     def api_cancel(run_id: str) -> Response:
         """Cancel the run (and its children)."""
-        return respond(api().cancel(run_id, request_body()))
+        return respond(api().cancel(run_id, request_body(), who()))
 
     @bp.post("/api/runs/<run_id>/retry")
     def api_retry(run_id: str) -> Response:
         """Resume a failed run from its failed steps."""
-        return respond(api().retry(run_id, request_body()))
+        return respond(api().retry(run_id, request_body(), who()))
 
     @bp.post("/api/runs/<run_id>/signals/<name>")
     def api_signal(run_id: str, name: str) -> Response:
         """Deliver signal ``name`` with the body as its payload."""
-        return respond(api().signal(run_id, name, request_body()))
+        return respond(api().signal(run_id, name, request_body(), who()))
 
     return frozenset(
         {run_page, run_page_asset, metrics, api_runs, api_run, api_cancel, api_retry, api_signal}

@@ -17,8 +17,17 @@ from ..canvas.shape import canvas_rows
 from ..engine.handle import StepHistory
 from ..errors import RunNotFoundError
 from ..store.base import WorkflowStore
-from ..store.model import AttemptState, RunState, RunStatus
-from .shapes import iso, run_detail, run_summary, signals_json, step_json, timers_json
+from ..store.model import AttemptState, AuditAction, RunState, RunStatus
+from .shapes import (
+    audit_json,
+    iso,
+    run_detail,
+    run_summary,
+    signals_json,
+    step_json,
+    timers_json,
+    waiting_json,
+)
 
 MAX_LIMIT = 1000
 """The most runs one page holds (the command line's ``--limit`` bound too)."""
@@ -74,6 +83,8 @@ def list_runs(
     ``counts`` adds ``{"counts": {status: n, ..., "total": n}}`` over the
     filters but the status (what a status filter would leave), one grouped
     query. ``has_more`` says whether a next page exists (``next_offset``).
+    Each live run says what it waits for (``waiting``: a signal, a timer),
+    read from the page's live runs' steps in one query.
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be from 1 to {MAX_LIMIT}, not {limit}")
@@ -104,6 +115,8 @@ def list_runs(
                 workflow=filters.workflow, since=filters.since, until=filters.until
             )
     has_more = len(shown) > limit
+    shown = shown[:limit]
+    live = store.steps_of_runs([r.id for r in shown if not r.status.terminal])
     page: dict[str, Any] = {
         "now": iso(now),
         "filters": filters.as_json(),
@@ -111,7 +124,7 @@ def list_runs(
         "offset": offset,
         "has_more": has_more,
         "next_offset": offset + limit if has_more else None,
-        "runs": [run_summary(r, now) for r in shown[:limit]],
+        "runs": [run_summary(r, now, live.get(r.id, [])) for r in shown],
     }
     if per_status is not None:
         page["counts"] = {
@@ -165,12 +178,16 @@ def show_run(store: WorkflowStore, run_id: str) -> dict[str, Any]:
     run, history = run_history(store, run_id)
     now = store.now_ms()
     steps = [h.step for h in history]
+    audit = store.audit_trail(run.id)
+    retried = [e.at for e in audit if e.action == AuditAction.RETRY]
     shown = {
         "now": iso(now),
         "run": run_detail(run, now),
-        "steps": [step_json(h, now) for h in history],
+        "steps": [step_json(h, now, retried) for h in history],
         "signals": signals_json(store.get_signals(run.id), steps),
         "timers": timers_json(steps, now),
+        "waiting": waiting_json(run, steps),
+        "audit": [audit_json(e) for e in audit],
         "children": [s.child_run_id for s in steps if s.child_run_id is not None],
     }
     if run.workflow == CANVAS_WORKFLOW:  # a durable canvas: its nodes, as a tree

@@ -1,31 +1,35 @@
 """Runs, steps, attempts, signals and timers as JSON, with stable keys.
 
 One shape for every reader: the run page's API, ``pikku-celery runs list
---json`` and ``runs show --json``. Times are ISO 8601 UTC with milliseconds;
+--json`` and ``runs show --json``. Times are ISO 8601 UTC with milliseconds and ``Z``
+(:func:`pikku_celery.times.iso`);
 durations and lease remainders are seconds, measured against the store's
 clock (the database's), the clock the leases are judged on. Errors are
 whole (type, message, traceback) where one run is shown, one line in a
-listing.
+listing. Values (a step's arguments, results) are whole: a reader bounds
+them for display.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from ..engine.handle import StepHistory
 from ..names import SIGNAL_PREFIX
 from ..payload import UnreadableValue
 from ..store.model import (
+    EAGER,
     JSON,
     AttemptState,
+    AuditEntry,
     ErrorInfo,
     RunState,
     StepKind,
     StepState,
     StepStatus,
 )
+from ..times import iso as iso  # re-exported: the one spelling of a time
 from .durations import (
     attempt_duration_ms,
     attempt_queued_ms,
@@ -34,13 +38,6 @@ from .durations import (
     step_duration_ms,
     with_next,
 )
-
-
-def iso(ms: int | None) -> str | None:
-    """Epoch milliseconds as ISO 8601 UTC for JSON output (None stays None)."""
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def seconds(ms: int | None) -> float | None:
@@ -69,8 +66,29 @@ def blocked(run: RunState) -> str | None:
     return None if run.status.terminal else run.blocked
 
 
-def run_summary(run: RunState, now: int) -> dict[str, Any]:
-    """A run in a listing: no input or output, the error as one line."""
+def waiting_json(run: RunState, steps: Sequence[StepState]) -> dict[str, Any] | None:
+    """What a live run waits for, when it is a signal or a durable timer:
+    ``{"for": "signal", "name": ..., "until": timeout or None}`` or
+    ``{"for": "sleep", "step": ..., "until": ...}`` (the first such step in
+    order); None for a settled run or one waiting for neither."""
+    if run.status.terminal:
+        return None
+    for step in steps:
+        if step.settled or step.status == StepStatus.SUCCEEDED:
+            continue
+        if step.kind == StepKind.SIGNAL:
+            name = step.name.removeprefix(SIGNAL_PREFIX)
+            return {"for": "signal", "name": name, "step": step.name, "until": iso(step.wake_at)}
+        if step.kind == StepKind.SLEEP and step.wake_at is not None:
+            return {"for": "sleep", "name": None, "step": step.name, "until": iso(step.wake_at)}
+    return None
+
+
+def run_summary(
+    run: RunState, now: int, steps: Sequence[StepState] | None = None
+) -> dict[str, Any]:
+    """A run in a listing: no input or output, the error as one line, and
+    what it waits for (from ``steps``, when given)."""
     return {
         "id": run.id,
         "workflow": run.workflow,
@@ -84,6 +102,7 @@ def run_summary(run: RunState, now: int) -> dict[str, Any]:
         "idempotency_key": run.idempotency_key,
         "error": error_text(run.error),
         "blocked": blocked(run),
+        "waiting": None if steps is None else waiting_json(run, steps),
     }
 
 
@@ -109,7 +128,11 @@ def attempt_json(
     return {
         "attempt": attempt.attempt,
         "status": attempt.status.value,
-        "worker": attempt.worker,
+        "worker": attempt.worker,  # the lease holder: host:pid
+        "node": attempt.node,  # Celery's node name (celery@host); host:pid with no worker
+        "task_id": attempt.task_id,  # the Celery message that carried it
+        # "message": its own; "carrier": the message whose task ran it eagerly
+        "task_id_of": None if attempt.task_id is None else _task_id_of(attempt),
         "dispatch": attempt.dispatch,  # how it reached its worker: "broker" or "eager"
         "claim_id": attempt.claim_id,
         "queued_at": iso(queued_at),
@@ -123,13 +146,30 @@ def attempt_json(
     }
 
 
-def step_json(history: StepHistory, now: int) -> dict[str, Any]:
-    """One step and its attempts, oldest first."""
+def _task_id_of(attempt: AttemptState) -> str:
+    return "carrier" if attempt.dispatch == EAGER else "message"
+
+
+def audit_json(entry: AuditEntry) -> dict[str, Any]:
+    """One operator action: what, who, from where, when (the store's clock)."""
+    return {
+        "id": entry.id,
+        "action": entry.action.value,
+        "actor": entry.actor,
+        "origin": entry.origin,
+        "at": iso(entry.at),
+        "details": entry.details,
+    }
+
+
+def step_json(history: StepHistory, now: int, retried: Sequence[int] = ()) -> dict[str, Any]:
+    """One step and its attempts, oldest first; ``retried``: when operators
+    retried the run (an attempt after one waited from it)."""
     step = history.step
     attempts = []
     earlier: AttemptState | None = None
     for attempt, later in with_next(history.attempts):
-        queued = attempt_queued_ms(step, earlier)
+        queued = attempt_queued_ms(step, earlier, attempt.started_at, retried)
         attempts.append(attempt_json(attempt, later, now, queued))
         earlier = attempt
     return {
@@ -140,6 +180,8 @@ def step_json(history: StepHistory, now: int) -> dict[str, Any]:
         "status": step.status.value,
         "task": step.task_name,
         "queue": step.queue,
+        "args": stored(step.args),
+        "kwargs": stored(step.kwargs),
         "attempt": step.attempt,
         "max_attempts": step.max_attempts,
         "worker": step.worker,

@@ -57,6 +57,9 @@ def test_a_run_completes_in_process_without_a_broker(eager_pikku: Pikku) -> None
     assert output["shipped"] == "label-3"
     charge = {s.step.name: s for s in run.steps()}["charge"]
     assert [a.status for a in charge.attempts] == [AttemptStatus.FAILED, AttemptStatus.SUCCEEDED]
+    # no Celery worker ran them: each attempt names this process, and the
+    # eager message's own id
+    assert all(a.node == eager_pikku.worker_id and a.task_id for a in charge.attempts)
 
 
 def test_steps_without_delays_finish_before_start_returns(eager_pikku: Pikku) -> None:

@@ -93,3 +93,35 @@ def test_a_step_keeps_its_tasks_limits_and_request(
     # The body sees a real request: a stable id per attempt, its time limits.
     assert a["timelimit"] == [30, 20] and a["retries"] == 0
     assert a["id"] != b["id"] and a["id"]
+
+
+def test_each_attempt_names_the_celery_message_that_carried_it_and_the_worker_node(
+    shop_app: tuple[Pikku, Any],
+) -> None:
+    from celery import signals
+
+    from pikku_celery.store.model import EAGER
+
+    _, order = shop_app
+    carried: dict[str, str] = {}  # the run-step messages the worker ran: id -> its hostname
+
+    def received(task_id: str, task: Any, **_: Any) -> None:
+        if task.name.startswith("pikku.run_step"):
+            carried[task_id] = task.request.hostname
+
+    signals.task_prerun.connect(received, weak=False)
+    try:
+        run = order.start({"id": 8, "cents": 500, "skus": ["a"]})
+        run.wait(timeout=20)
+    finally:
+        signals.task_prerun.disconnect(received)
+    attempts = [a for h in run.steps() for a in h.attempts if h.step.task_name]
+    assert len(attempts) >= 3
+    for attempt in attempts:
+        assert attempt.task_id in carried, attempt  # a message id the worker logged
+        assert attempt.node == carried[attempt.task_id]  # the worker's name, as Celery has it
+        assert attempt.node != attempt.worker  # Celery's node name, not host:pid
+    by_message = [a for a in attempts if a.dispatch != EAGER]
+    assert len({a.task_id for a in by_message}) == len(by_message)  # one message each
+    for eager in (a for a in attempts if a.dispatch == EAGER):
+        assert eager.task_id in {a.task_id for a in by_message}  # its carrier's

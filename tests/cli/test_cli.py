@@ -152,6 +152,7 @@ def test_runs_list_filters_and_pages(cliapp: Any) -> None:
         "idempotency_key",
         "error",
         "blocked",
+        "waiting",
     }
     by_id = {r["id"]: r for r in listed["runs"]}
     assert by_id[fragile]["status"] == "failed"
@@ -201,7 +202,16 @@ def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -
     drive(cliapp, done)
 
     shown = ok_json(*A, "runs", "show", done)
-    assert set(shown) == {"now", "run", "steps", "signals", "timers", "children"}
+    assert set(shown) == {
+        "now",
+        "run",
+        "steps",
+        "signals",
+        "timers",
+        "children",
+        "waiting",
+        "audit",
+    }
     run = shown["run"]
     assert run["status"] == "completed" and run["output"] == {"total": 5, "label": "parcel-5"}
     assert run["input"] == {"a": 2, "b": 3} and run["duration_s"] >= 0

@@ -135,6 +135,7 @@ class Recording:
         queue: str | None = None,
         *,
         trace: dict[str, str] | None = None,
+        delivery: Any = None,
     ) -> Any:
         self.recorder.step(run_id, step_id, task_name, queue, trace)
         return None

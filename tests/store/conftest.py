@@ -14,7 +14,13 @@ import sqlalchemy as sa
 
 from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import InMemoryWorkflowStore, WorkflowStore
-from pikku_celery.store.schema import attempt_table, run_table, signal_table, step_table
+from pikku_celery.store.schema import (
+    attempt_table,
+    audit_table,
+    run_table,
+    signal_table,
+    step_table,
+)
 from pikku_celery.store.sql import SQLWorkflowStore
 from tests.services import MYSQL_ADMIN_URL, PG_ADMIN_URL, SESSION_TAG, scratch_database
 
@@ -52,7 +58,7 @@ def _server_stores() -> dict[str, SQLWorkflowStore]:
 def wipe(engine: sa.Engine) -> None:
     """Empty pikku's store tables (children first)."""
     with engine.begin() as conn:
-        for table in (attempt_table, signal_table, step_table, run_table):
+        for table in (audit_table, attempt_table, signal_table, step_table, run_table):
             conn.execute(table.delete())
 
 

@@ -29,6 +29,12 @@ def snapshot(store: WorkflowStore) -> list[Any]:
     """Everything the store holds, run by run: to show a refused request wrote nothing."""
     runs = store.list_runs(limit=10_000)
     return [
-        (run, store.get_steps(run.id), store.get_attempts(run.id), store.get_signals(run.id))
+        (
+            run,
+            store.get_steps(run.id),
+            store.get_attempts(run.id),
+            store.get_signals(run.id),
+            store.audit_trail(run.id),
+        )
         for run in runs
     ]

@@ -264,6 +264,8 @@ def test_a_run_shows_steps_attempts_errors_with_tracebacks_and_actions(
         "signals",
         "timers",
         "children",
+        "waiting",
+        "audit",
         "permissions",
         "actions",
     }
@@ -277,8 +279,11 @@ def test_a_run_shows_steps_attempts_errors_with_tracebacks_and_actions(
         "failed",
         "shop.charge",
     )
+    assert (step["args"], step["kwargs"]) == ([{"id": 9}], {})
     [attempt] = step["attempts"]
     assert attempt["status"] == "failed" and attempt["worker"] == shop.engine.worker_id
+    # no Celery worker ran it (an inline dispatcher): its node is the process
+    assert attempt["node"] == shop.engine.worker_id and attempt["task_id"] is None
     assert attempt["claim_id"]  # and "dispatch": how it reached the worker, where known
     assert attempt["queued_at"] <= attempt["started_at"] <= attempt["finished_at"]
     assert attempt["error"]["type"] == "RuntimeError"

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ except ImportError as exc:  # locally a skip, in CI a failure (as for a missing 
     pytest.skip(f"playwright is not installed: {exc}", allow_module_level=True)
 
 from pikku_celery import Pikku, RunStatus
-from pikku_celery.store import AttemptStatus, StepKind, StepStatus
+from pikku_celery.store import AttemptStatus, Delivery, StepKind, StepStatus
 from pikku_celery.web.app import create_app, loopback_permission
 from pikku_celery.web.permissions import read_only
 from pikku_celery.web.serve import WsgiApp
@@ -300,3 +301,84 @@ def test_with_a_denying_hook_the_buttons_are_absent_and_the_api_says_403(
         )
         assert answer.status == 403
     assert snapshot(sqlite_pikku.store) == before
+
+
+NOTE = "gift wrap, " * 40  # an argument longer than the page shows at first
+FIRST_TASK = "2f0c9d3e-5b8a-4c1e-9f3a-000000000001"  # what Celery's messages would carry
+SECOND_TASK = "2f0c9d3e-5b8a-4c1e-9f3a-000000000002"
+
+
+def page_clock(ms: int) -> str:
+    """A store time as the page writes it (format.js ``clock``)."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def test_a_retried_run_shows_its_earlier_failure_who_retried_it_and_where_it_ran(
+    sqlite_pikku: Pikku, page: Any, artifacts: Path
+) -> None:
+    order = {"id": 42, "cents": 1999, "note": NOTE}
+    run_id = sqlite_pikku.start(webapp.CHARGES, order).run_id
+    webapp.DECLINING.set()
+    try:
+        webapp.drive(sqlite_pikku, run_id, delivery=Delivery(FIRST_TASK, "celery@shop-a"))
+    finally:
+        webapp.DECLINING.clear()
+    assert sqlite_pikku.handle(run_id).status() == RunStatus.FAILED
+    with showing(page, create_app(sqlite_pikku, loopback_permission(True))) as url:
+        page.goto(f"{url}?run={run_id}")
+        expect(page.locator("#run-error")).to_contain_text("card declined for order 42")
+        page.click("#action-retry")
+        page.click("#confirm-yes")
+        expect(page.locator("#notice")).to_contain_text("Retrying")
+        entry = page.locator('#audit tr[data-action="retry"]')
+        expect(entry).to_have_count(1)
+        expect(entry.locator(".actor")).to_have_text("api")  # the standalone page names nobody
+        expect(entry.locator(".origin")).to_have_text("127.0.0.1")
+        expect(entry).to_contain_text("card declined for order 42")  # the failure it cleared
+        [audited] = sqlite_pikku.store.audit_trail(run_id)
+        expect(entry.locator("td").first).to_have_text(page_clock(audited.at))  # when
+        expect(page.locator('#timeline-svg .action-mark[data-action="retry"]')).to_have_count(1)
+
+        [failed] = sqlite_pikku.store.get_steps(run_id)
+        webapp.run_step(sqlite_pikku, failed, Delivery(SECOND_TASK, "celery@shop-b"))
+        expect(page.locator("#run-status")).to_have_text("completed")  # seen by polling
+
+        page.click('#steps tr[data-step="charge"]')  # its last attempt
+        detail = page.locator("#attempt-detail")
+        expect(detail).to_have_attribute("data-attempt", "2")
+        expect(page.locator("#attempt-node")).to_have_text("celery@shop-b")
+        expect(page.locator("#attempt-task-id")).to_have_text(SECOND_TASK)
+        args = page.locator("#attempt-args")
+        expect(args).to_have_text("[42,1999]")
+        kwargs = page.locator("#attempt-kwargs")
+        expect(kwargs.locator("summary")).to_contain_text("show all")
+        expect(kwargs.locator("pre")).to_be_hidden()
+        kwargs.locator("summary").click()  # the whole value, on demand
+        expect(kwargs.locator("pre")).to_be_visible()
+        expect(kwargs.locator("pre")).to_contain_text(NOTE.strip())
+
+        page.click('#timeline-svg [data-step="charge"][data-attempt="1"]')  # the earlier failure
+        expect(detail).to_have_attribute("data-attempt", "1")
+        expect(detail).to_contain_text("card declined for order 42")
+        expect(page.locator("#attempt-node")).to_have_text("celery@shop-a")
+        expect(page.locator("#attempt-task-id")).to_have_text(FIRST_TASK)
+        shot(page, artifacts, "run-page-retried.png")
+
+
+def test_the_list_shows_runs_waiting_for_a_signal_or_sleeping(
+    sqlite_pikku: Pikku, page: Any, artifacts: Path
+) -> None:
+    waits = sqlite_pikku.start(webapp.WAITS, None).run_id
+    sleeps = sqlite_pikku.start(webapp.PACKS, 3).run_id
+    for run_id in (waits, sleeps):
+        webapp.run_step(sqlite_pikku, webapp.due_steps(sqlite_pikku, run_id)[0])
+    with showing(page, create_app(sqlite_pikku, loopback_permission(False))) as url:
+        page.goto(url)
+        expect(page.locator("#runs tbody tr")).to_have_count(2)
+        signal_wait = page.locator(f'tr[data-run-id="{waits}"] [data-waiting]')
+        expect(signal_wait).to_have_attribute("data-waiting", "signal")
+        expect(signal_wait).to_contain_text("waiting for signal approval")
+        sleep = page.locator(f'tr[data-run-id="{sleeps}"] [data-waiting]')
+        expect(sleep).to_have_attribute("data-waiting", "sleep")
+        expect(sleep).to_contain_text(re.compile(r"sleeping until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
+        shot(page, artifacts, "run-page-list-waiting.png")

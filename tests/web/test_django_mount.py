@@ -177,3 +177,28 @@ def test_metrics_are_served_in_django_behind_the_hook(client: Client) -> None:
     ):
         assert client.get("/ops/pikku/metrics").status_code == 200
     assert ("list", "runs", "/ops/pikku/metrics") in ASKED
+
+
+def test_actions_are_kept_with_the_signed_in_user_and_the_client_address(client: Client) -> None:
+    from types import SimpleNamespace
+
+    from django.test import RequestFactory
+
+    from pikku_celery.contrib.django.views import request_user
+
+    run_id = started()
+    sent = client.post(
+        f"/mine/api/runs/{run_id}/signals/approval",
+        data="true",
+        content_type="application/json",
+        REMOTE_ADDR="198.51.100.4",
+    )
+    assert sent.status_code == 202
+    [entry] = django_urls.PIKKU.store.audit_trail(run_id)
+    assert (entry.actor, entry.origin) == ("api", "198.51.100.4")  # nobody signed in
+    request = RequestFactory().post("/", REMOTE_ADDR="203.0.113.5")
+    request.user = SimpleNamespace(is_authenticated=True, get_username=lambda: "dora")
+    who = request_user(request)
+    assert (who.actor, who.origin) == ("dora", "203.0.113.5")
+    shown = client.get(f"/mine/api/runs/{run_id}").json()
+    assert [(e["action"], e["actor"]) for e in shown["audit"]] == [("signal", "api")]

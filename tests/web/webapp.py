@@ -20,7 +20,7 @@ from celery import Celery
 
 from pikku_celery import Context, Pikku
 from pikku_celery.engine import call_with
-from pikku_celery.store import InMemoryWorkflowStore, StepKind, StepState, StepStatus
+from pikku_celery.store import Delivery, InMemoryWorkflowStore, StepKind, StepState, StepStatus
 
 ORDER = "web.order"
 FAILS = "web.fails"
@@ -28,6 +28,8 @@ WAITS = "web.waits"
 PACKS = "web.packs"
 PARENT = "web.parent"
 RETRIES = "web.retries"
+CHARGES = "web.charges"
+DECLINING = threading.Event()  # set: web.charge declines (a failure an operator retries)
 LEASE_S = 1.0  # the step lease: a killed worker's step is taken over this long after
 
 
@@ -60,6 +62,16 @@ def build(database_url: str | None = None, name: str = "webtest") -> Pikku:
                 out.write(str(os.getpid()))
             threading.Event().wait()
         return f"box-{order}"
+
+    @app.task(name="web.charge", shared=False)
+    def charge(order_id: int, cents: int, note: str = "") -> str:
+        if DECLINING.is_set():
+            raise RuntimeError(f"card declined for order {order_id}")
+        return f"charged {cents}"
+
+    @pikku.workflow(name=CHARGES)
+    def charges(ctx: Context, order: dict[str, Any]) -> Any:
+        return ctx.step("charge", charge, order["id"], order["cents"], note=order["note"])
 
     @pikku.workflow(name=ORDER)
     def order(ctx: Context, data: dict[str, int]) -> dict[str, Any]:
@@ -101,14 +113,17 @@ def due_steps(pikku: Pikku, run_id: str) -> list[StepState]:
     ]
 
 
-def run_step(pikku: Pikku, step: StepState) -> None:
-    """One attempt of ``step`` here, as a worker runs it (claim, body, pass)."""
+def run_step(pikku: Pikku, step: StepState, delivery: Delivery | None = None) -> None:
+    """One attempt of ``step`` here, as a worker runs it (claim, body, pass);
+    ``delivery`` is what a Celery worker would say of its message."""
     assert step.task_name is not None
     task = pikku.app.tasks[step.task_name]
-    pikku.execute_step(step.run_id, step.id, step.task_name, call_with(task.run), step.queue)
+    pikku.execute_step(
+        step.run_id, step.id, step.task_name, call_with(task.run), step.queue, delivery=delivery
+    )
 
 
-def drive(pikku: Pikku, *run_ids: str) -> None:
+def drive(pikku: Pikku, *run_ids: str, delivery: Delivery | None = None) -> None:
     """Run every step the runs wait on (their children's too), until none is left."""
     for _ in range(50):
         ids = set(run_ids)
@@ -122,5 +137,5 @@ def drive(pikku: Pikku, *run_ids: str) -> None:
                 return
             continue
         for step in steps:
-            run_step(pikku, step)
+            run_step(pikku, step, delivery)
     raise AssertionError(f"runs {run_ids} kept asking for steps")

@@ -12,7 +12,9 @@ also cancel, retry and signal. Set ``PIKKU_CELERY_PERMISSION`` to the dotted
 path of your own hook, or pass it to :func:`~.urls.run_page_urls`.
 
 Actions are POSTs under Django's CSRF protection: the page sends the token
-(``X-CSRFToken``) it is rendered with.
+(``X-CSRFToken``) it is rendered with. Each is kept in the run's audit trail
+as done by the request's user (``user.get_username()``; ``"api"`` for an
+anonymous one) from the client's address (``REMOTE_ADDR``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from django.middleware.csrf import get_token
 
 from ...engine.core import WorkflowEngine
 from ...errors import StoreUnavailableError
-from ...web.api import Answer, Body, RunApi, error_answer, failure
+from ...store.model import Operator
+from ...web.api import Answer, Body, RunApi, error_answer, failure, request_operator
 from ...web.page import HTML_TYPE, PAGE_HEADERS, asset, render_page
 from ...web.permissions import LIST_TARGET, READ_ACTIONS, Permission
 
@@ -121,6 +124,14 @@ def _methods(**handlers: View) -> View:
     return view
 
 
+def request_user(request: HttpRequest) -> Operator:
+    """Who asks, for the audit trail: the signed-in user's name, else "api";
+    from the client's address."""
+    user = getattr(request, "user", None)
+    name = user.get_username() if user is not None and user.is_authenticated else None
+    return request_operator(name, request.META.get("REMOTE_ADDR"))
+
+
 class RunPageViews:
     """The run page's views over ``pikku`` (default: ``get_pikku()``) behind
     ``permission`` (default: :func:`configured_permission`, per request)."""
@@ -185,13 +196,16 @@ class RunPageViews:
         return self._call(request, lambda api: api.run(run_id))
 
     def _cancel(self, request: HttpRequest, run_id: str) -> HttpResponse:
-        return self._call(request, lambda api: api.cancel(run_id, _body(request)))
+        who = request_user(request)
+        return self._call(request, lambda api: api.cancel(run_id, _body(request), who))
 
     def _retry(self, request: HttpRequest, run_id: str) -> HttpResponse:
-        return self._call(request, lambda api: api.retry(run_id, _body(request)))
+        who = request_user(request)
+        return self._call(request, lambda api: api.retry(run_id, _body(request), who))
 
     def _signal(self, request: HttpRequest, run_id: str, name: str) -> HttpResponse:
-        return self._call(request, lambda api: api.signal(run_id, name, _body(request)))
+        who = request_user(request)
+        return self._call(request, lambda api: api.signal(run_id, name, _body(request), who))
 
     def _metrics(self, request: HttpRequest) -> HttpResponse:
         """Prometheus' text format, read from the store (asks ``permission("list", "runs")``)."""

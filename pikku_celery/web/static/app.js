@@ -4,7 +4,7 @@
 // appear only when the API says this request may do them, and each asks for
 // a confirmation first.
 
-import { el, clock, duration, json, errorLine, errorBlock, badge } from "./format.js";
+import { el, clock, duration, json, errorLine, errorBlock, badge, bounded, waitingText } from "./format.js";
 import { drawTimeline } from "./timeline.js";
 
 const API = document.body.dataset.api;
@@ -194,7 +194,14 @@ function runsTable(page) {
       el("td", { class: "mono" }, link(`?run=${encodeURIComponent(r.id)}`, r.id)),
       el("td", { text: r.workflow }),
       el("td", { class: "mono version", text: r.workflow_version ?? "" }),
-      el("td", {}, badge(r.status), r.cancel_requested && !TERMINAL.has(r.status) ? el("span", { class: "hint", text: " cancelling" }) : null, r.blocked ? el("span", { class: "hint bad", text: " blocked", title: r.blocked }) : null),
+      el(
+        "td",
+        {},
+        badge(r.status),
+        r.cancel_requested && !TERMINAL.has(r.status) ? el("span", { class: "hint", text: " cancelling" }) : null,
+        r.blocked ? el("span", { class: "hint bad", text: " blocked", title: r.blocked }) : null,
+        r.waiting ? el("div", { class: `waiting waiting-${r.waiting.for}`, dataset: { waiting: r.waiting.for }, text: waitingText(r.waiting) }) : null,
+      ),
       el("td", { class: "mono", text: clock(r.created_at) }),
       el("td", { class: "num", text: duration(r.duration_s) }),
       el("td", { class: "mono", text: r.idempotency_key ?? "" }),
@@ -259,7 +266,7 @@ function renderRun(view) {
     legend(),
   );
   main.replaceChildren(
-    el("section", { id: "run" }, runHeader(data), actions(view), canvasTree(data), timeline, detail(data, view.selected), stepsTable(data, select), extras(data)),
+    el("section", { id: "run" }, runHeader(data), actions(view), canvasTree(data), timeline, detail(data, view.selected), stepsTable(data, select), auditTrail(data), extras(data)),
   );
 }
 
@@ -274,6 +281,7 @@ function runHeader(data) {
     ["duration", duration(run.duration_s)],
     ["parent run", run.parent_run_id ? link(`?run=${run.parent_run_id}`, run.parent_run_id, { class: "mono", id: "parent-link" }) : null],
     ["children", data.children.length ? el("span", { id: "children" }, data.children.map((c) => link(`?run=${c}`, c, { class: "mono child-link" }))) : null],
+    ["waiting", data.waiting ? el("span", { id: "run-waiting", text: waitingText(data.waiting) }) : null],
     ["next wake-up", run.wake_at && !TERMINAL.has(run.status) ? clock(run.wake_at) : null],
     ["blocked", run.blocked ? el("span", { class: "bad", text: run.blocked }) : null],
   ];
@@ -378,6 +386,7 @@ function legend() {
     item("timer", "durable timer"),
     item("signal-wait", "waiting for a signal or child"),
     item("renewal", "last lease renewal"),
+    item("action", "operator action (cancel, retry, signal)"),
   );
 }
 
@@ -411,10 +420,21 @@ function detail(data, selected) {
   panel.append(el("h2", {}, `Step ${step.name} · attempt ${attempt.attempt} of ${step.max_attempts} `, badge(attempt.status)));
   const wait = attempt.queued_at ? (Date.parse(attempt.started_at) - Date.parse(attempt.queued_at)) / 1000 : null;
   const dl = el("dl", { class: "facts" });
+  const carried = attempt.task_id_of === "carrier";
   const facts = [
-    ["worker", attempt.worker ? el("span", { class: "mono", text: attempt.worker }) : "–"],
+    ["node", attempt.node ? el("span", { class: "mono", id: "attempt-node", text: attempt.node }) : "–"],
+    [
+      "celery task id",
+      attempt.task_id
+        ? el("span", {}, el("span", { class: "mono", id: "attempt-task-id", text: attempt.task_id }), carried ? el("span", { class: "hint", id: "attempt-carrier", text: " (the message that carried it: it ran eagerly, after the step before it)" }) : null)
+        : "–",
+    ],
+    // the lease holder (host:pid), when the node name does not say it already
+    ["worker process", attempt.worker && attempt.worker !== attempt.node ? el("span", { class: "mono", text: attempt.worker }) : null],
     ["dispatch", attempt.dispatch ?? "–"],
     ["task", step.task],
+    ["args", bounded(step.args, undefined, { id: "attempt-args" })],
+    ["kwargs", bounded(step.kwargs, undefined, { id: "attempt-kwargs" })],
     ["queue", step.queue ?? "(default)"],
     ["message sent", attempt.queued_at ? clock(attempt.queued_at) : "–"],
     ["queue wait", wait !== null ? duration(wait) : "–"],
@@ -423,7 +443,7 @@ function detail(data, selected) {
     ["ran for", duration(attempt.duration_s) + (attempt.status === "running" ? " so far" : "")],
     ["lease renewals", attempt.renewals ? `${attempt.renewals}, the last at ${clock(attempt.renewed_at)}` : "none"],
   ];
-  for (const [k, v] of facts) dl.append(el("dt", { text: k }), el("dd", {}, v));
+  for (const [k, v] of facts) if (v !== null) dl.append(el("dt", { text: k }), el("dd", {}, v));
   panel.append(dl);
   if (attempt.status === "superseded") {
     panel.append(el("p", { class: "hint", text: `Its lease lapsed (the worker died or stalled) and attempt ${attempt.attempt + 1} took over; a late result from it is refused.` }));
@@ -435,7 +455,7 @@ function detail(data, selected) {
 
 function stepsTable(data, select) {
   if (!data.steps.length) return null;
-  const head = el("tr", {}, ["#", "step", "kind", "status", "attempt", "task / detail", "queue", "worker", "duration", "lease left", "result / error"].map((h) => el("th", { text: h })));
+  const head = el("tr", {}, ["#", "step", "kind", "status", "attempt", "task / detail", "arguments", "queue", "node", "duration", "lease left", "result / error"].map((h) => el("th", { text: h })));
   const rows = data.steps.map((s) => {
     const lastAttempt = s.attempts[s.attempts.length - 1];
     const key = s.kind === "task" ? (lastAttempt ? `${s.id}:${lastAttempt.attempt}` : null) : `${s.id}:`;
@@ -450,14 +470,60 @@ function stepsTable(data, select) {
       el("td", {}, badge(s.status), s.status === "failed" && s.wake_at ? el("span", { class: "hint", text: " retry due" }) : null),
       el("td", { class: "num", text: s.kind === "task" ? `${s.attempt}/${s.max_attempts}` : "–" }),
       el("td", { class: "mono", text: info ?? "" }),
+      el("td", { class: "mono args", title: s.kind === "task" ? argumentsText(s) : null, text: s.kind === "task" ? cut(argumentsText(s), 48) : "" }),
       el("td", { text: s.queue ?? "" }),
-      el("td", { class: "mono", text: s.worker ?? "" }),
+      el("td", { class: "mono", text: lastAttempt ? lastAttempt.node ?? lastAttempt.worker ?? "" : "" }),
       el("td", { class: "num", text: duration(s.duration_s) }),
       el("td", { class: "num", text: s.lease_remaining_s === null ? "–" : s.lease_remaining_s < 0 ? `lapsed ${duration(-s.lease_remaining_s)} ago` : duration(s.lease_remaining_s) }),
       el("td", { class: s.error ? "err" : "result", text: outcome.length > 120 ? outcome.slice(0, 119) + "…" : outcome }),
     );
   });
   return el("section", { class: "panel" }, el("h2", { text: "Steps" }), el("table", { id: "steps", class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+function argumentsText(step) {
+  const args = (step.args || []).map((a) => JSON.stringify(a));
+  const kwargs = Object.entries(step.kwargs || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+  return [...args, ...kwargs].join(", ");
+}
+
+function cut(text, limit) {
+  return text.length > limit ? text.slice(0, limit - 1) + "…" : text;
+}
+
+// What operators did to the run (cancel, retry, signal): who, when, from where.
+// A retry keeps the error it cleared, so a retried run still shows its failure.
+function auditTrail(data) {
+  if (!data.audit || !data.audit.length) return null;
+  const head = el("tr", {}, ["when (UTC)", "action", "by", "from", "details"].map((h) => el("th", { text: h })));
+  const rows = data.audit.map((entry) => {
+    const details = { ...entry.details };
+    const previous = details.previous_error;
+    delete details.previous_error;
+    const rest = Object.keys(details).length ? bounded(details, 120) : null;
+    return el(
+      "tr",
+      { dataset: { action: entry.action, entry: entry.id } },
+      el("td", { class: "mono", text: clock(entry.at) }),
+      el("td", {}, el("strong", { text: entry.action })),
+      el("td", { class: "mono actor", text: entry.actor }),
+      el("td", { class: "mono origin", text: entry.origin ?? "–" }),
+      el("td", { class: "details" }, rest, previous ? previousError(previous) : null),
+    );
+  });
+  return el("section", { id: "audit", class: "panel" }, el("h2", { text: "Operator actions" }), el("table", { class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)));
+}
+
+// The error a retry cleared: its line, and its traceback on demand.
+function previousError(error) {
+  const trace = typeof error === "object" && error.traceback;
+  return el(
+    "div",
+    { class: "previous-error" },
+    el("span", { class: "hint", text: "the run had failed with " }),
+    el("span", { class: "error-line", text: errorLine(error) }),
+    trace ? el("details", {}, el("summary", { class: "hint", text: "traceback" }), el("pre", { class: "traceback", text: trace })) : null,
+  );
 }
 
 function canvasTree(data) {

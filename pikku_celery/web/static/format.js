@@ -42,7 +42,7 @@ export function ms(iso) {
 
 export function clock(iso) {
   if (!iso) return "–";
-  return iso.replace("T", " ").replace(/(\.\d+)?\+00:00$/, "").replace(/Z$/, "") + " UTC";
+  return iso.replace("T", " ").replace(/(\.\d+)?(Z|\+00:00)$/, "") + " UTC";
 }
 
 export function duration(seconds) {
@@ -82,5 +82,28 @@ export function errorBlock(error) {
     { class: "error" },
     el("div", { class: "error-line", text: line }),
     trace ? el("pre", { class: "traceback", text: trace }) : null,
+  );
+}
+
+// What a live run waits for, in words: a signal (and its timeout) or a timer.
+export function waitingText(waiting) {
+  if (!waiting) return null;
+  if (waiting.for === "signal") return `waiting for signal ${waiting.name}` + (waiting.until ? ` (timeout ${clock(waiting.until)})` : "");
+  return `sleeping until ${clock(waiting.until)}`;
+}
+
+// A value bounded for display: its JSON cut at `limit` characters; a longer
+// one opens to show it whole (a <details> the reader expands).
+export const SHOWN_CHARS = 160;
+
+export function bounded(value, limit = SHOWN_CHARS, attrs = {}) {
+  const whole = JSON.stringify(value, null, 2);
+  const line = JSON.stringify(value);
+  if (line.length <= limit) return el("code", { class: "value", ...attrs, text: line });
+  return el(
+    "details",
+    { class: "value long", ...attrs },
+    el("summary", {}, el("code", { text: line.slice(0, limit - 1) + "…" }), el("span", { class: "hint", text: ` show all (${line.length} characters)` })),
+    el("pre", { text: whole }),
   );
 }

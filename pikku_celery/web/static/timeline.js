@@ -6,10 +6,11 @@
 // lapsed and the next attempt took over), cancelled, lease expired; a tick
 // marks its last lease renewal (when its worker was last heard of). A retry
 // waiting for its delay, a durable timer (a sleep until its wake_at), a wait
-// for a signal or a child run are bars of their own. Times are the store's
-// clock (the JSON's "now"), never the browser's.
+// for a signal or a child run are bars of their own. An operator's action
+// (cancel, retry, signal) is a marked line across the rows at its time. Times
+// are the store's clock (the JSON's "now"), never the browser's.
 
-import { svg, ms, duration } from "./format.js";
+import { svg, ms, duration, clock } from "./format.js";
 
 const WIDTH = 1000;
 const LABEL = 190;
@@ -28,6 +29,7 @@ export function drawTimeline(data, { selected, onSelect }) {
     t1 = Math.max(t1, ms(step.updated_at));
     for (const a of step.attempts) t1 = Math.max(t1, ms(a.finished_at) || 0);
   }
+  for (const entry of data.audit || []) t1 = Math.max(t1, ms(entry.at));
   t1 = Math.max(t1, t0 + MIN_SPAN_MS); // a run of a few ms still gets a readable axis
   const span = t1 - t0;
   const plot = WIDTH - LABEL - 12;
@@ -62,7 +64,21 @@ export function drawTimeline(data, { selected, onSelect }) {
     row.append(...bars);
     root.append(row);
   });
+  for (const entry of data.audit || []) root.append(actionMark(entry, x, height));
   return root;
+}
+
+// An operator's action at its time: a line across the rows, its name on top.
+function actionMark(entry, x, height) {
+  const px = x(ms(entry.at));
+  const who = `${entry.action} by ${entry.actor}${entry.origin ? ` from ${entry.origin}` : ""} at ${clock(entry.at)}`;
+  return svg(
+    "g",
+    { class: `action-mark action-${entry.action}`, dataset: { action: entry.action } },
+    svg("line", { x1: px, y1: AXIS - 2, x2: px, y2: height, class: "action-line" }),
+    svg("text", { x: px + 3, y: AXIS + 9, class: "action-label", text: entry.action }),
+    svg("title", { text: who }),
+  );
 }
 
 function defs() {
@@ -132,7 +148,7 @@ function taskBars(step, now, x, y, selected, onSelect) {
     if (queued !== null && queued < start) {
       g.append(bar("wait", queued, start, x, y, `attempt ${a.attempt}: waited ${duration((start - queued) / 1000)} for a worker`));
     }
-    const who = (a.worker ? ` on ${a.worker}` : "") + (a.dispatch ? ` (${a.dispatch})` : "");
+    const who = (a.node || a.worker ? ` on ${a.node ?? a.worker}` : "") + (a.dispatch ? ` (${a.dispatch})` : "");
     g.append(
       bar("run", start, end, x, y, `attempt ${a.attempt} of ${step.max_attempts}: ${a.status}${who}, ${duration(a.duration_s)}`),
     );
