@@ -173,8 +173,12 @@ class SettleListener:
 
     def _listen(self, stop: _Stop) -> None:
         fairy = self._engine.raw_connection()
+        conn: Any = fairy.driver_connection  # psycopg: LISTEN needs autocommit
+        # Made by the engine (so it follows where the engine points), but no
+        # longer the pool's: it never goes back, and must not hold a slot the
+        # application's own queries need.
+        fairy.detach()
         try:
-            conn: Any = fairy.driver_connection  # psycopg: LISTEN needs autocommit
             conn.autocommit = True
             conn.execute(f"LISTEN {SETTLED_CHANNEL}")
             self.listening_since = time.monotonic()
@@ -183,8 +187,7 @@ class SettleListener:
             self._hear(conn, stop)
         finally:
             self.listening_since = None
-            fairy.invalidate()  # closes it: a listening connection never goes back
-            fairy.close()
+            fairy.close()  # detached: this closes the connection itself
 
     def _hear(self, conn: Any, stop: _Stop) -> None:
         """Read notices until ``stop``: libpq's input, drained as it comes."""

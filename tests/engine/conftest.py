@@ -29,10 +29,10 @@ def store(request: pytest.FixtureRequest) -> Iterator[WorkflowStore]:
     kind = request.param
     if kind == "memory":
         yield InMemoryWorkflowStore()
-    elif kind == "sqlite":
-        yield _sql_store(request.getfixturevalue("sqlite_engine"))
     else:
-        yield _sql_store(request.getfixturevalue("postgres_engine"))
+        store = _sql_store(request.getfixturevalue(f"{kind}_engine"))
+        yield store
+        store.close()  # its settle listener's LISTEN connection, if wait() started one
 
 
 class Harness:

@@ -134,6 +134,7 @@ def sql(request: pytest.FixtureRequest) -> Iterator[tuple[Harness, sa.Engine]]:
     store = _sql_store(engine)
     assert isinstance(store, SQLWorkflowStore)
     yield make_harness(store), engine
+    store.close()
 
 
 def plant_signal(engine: sa.Engine, run_id: str, name: str, text: str) -> None:

@@ -34,7 +34,9 @@ def sql_store(request: pytest.FixtureRequest) -> Iterator[SQLWorkflowStore]:
     engine: sa.Engine = request.getfixturevalue(f"{request.param}_engine")
     metadata.create_all(engine)
     ledger.create(engine, checkfirst=True)
-    yield SQLWorkflowStore(engine)
+    store = SQLWorkflowStore(engine)
+    yield store
+    store.close()
 
 
 def _harness(store: WorkflowStore) -> Harness:

@@ -69,12 +69,14 @@ def hostile_mysql_engine() -> Iterator[sa.Engine]:
 
 
 @pytest.fixture(params=BACKENDS)
-def sql_store(request: pytest.FixtureRequest) -> SQLWorkflowStore:
+def sql_store(request: pytest.FixtureRequest) -> Iterator[SQLWorkflowStore]:
     """A store over empty tables on PostgreSQL or MariaDB."""
     fixture = "hostile_pg_engine" if request.param == "postgres" else "hostile_mysql_engine"
     engine: sa.Engine = request.getfixturevalue(fixture)
     wipe(engine)
-    return SQLWorkflowStore(engine)
+    store = SQLWorkflowStore(engine)
+    yield store
+    store.close()  # its settle listener's LISTEN connection, if wait() started one
 
 
 class World:
