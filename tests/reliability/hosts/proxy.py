@@ -39,6 +39,7 @@ class Drop:
 class ProxyStats:
     connections: int = 0
     refused: int = 0
+    replies: int = 0  # chunks the target sent: about one per round trip
     drops: list[Drop] = field(default_factory=list)
 
 
@@ -213,6 +214,7 @@ class FaultProxy:
                 sink.write(data)
                 await sink.drain()
                 if fuse is not None:
+                    self.stats.replies += 1
                     counter, limit, blown = fuse
                     counter[0] += 1
                     if limit and counter[0] >= limit:

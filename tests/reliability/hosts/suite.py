@@ -479,7 +479,10 @@ class _FaultRun(_Chaos):
         if self.hcfg.case == "db-latency":
             assert self.proxy is not None
             row.faults = self.proxy.stats.connections
-            row.fault_note = f"conns at +{self.hcfg.delay * 2000:.0f} ms RTT"
+            trips = self.proxy.stats.replies / max(1, self.summary.steps)
+            row.fault_note = (
+                f"conns at +{self.hcfg.delay * 2000:.0f} ms RTT (~{trips:.0f} round trips a step)"
+            )
         elif self.hcfg.case == "db-drops":
             assert self.proxy is not None
             row.faults = len(self.proxy.stats.drops)
@@ -594,8 +597,14 @@ def short_config(case: str) -> HostsConfig:
 
 
 def long_config(case: str, runs: int = 200, minutes: float = 5.0) -> HostsConfig:
-    """The long form: many runs, and a cut every ``fault_every`` seconds."""
+    """The long form: many runs, and a cut every ``fault_every`` seconds (the
+    latency case a quarter of the runs, on more pool processes: see
+    :func:`short_config`)."""
     seconds = minutes * 60
+    if case == "db-latency":
+        return HostsConfig(
+            case=case, runs=max(1, runs // 4), seconds=seconds, concurrency=4, settle_timeout=600
+        )
     cfg = HostsConfig(case=case, runs=runs, seconds=seconds, settle_timeout=300.0)
     cfg.faults = max(1, int((seconds - cfg.first_fault - cfg.max_hold) // cfg.fault_every))
     return cfg
