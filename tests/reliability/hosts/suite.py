@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -373,14 +374,15 @@ class _FaultRun(_Chaos):
             ).all()
         return {r.id: r.attempt for r in rows if self.monitor.slot_of(r.worker) == slot}
 
-    def cut(self, prefer: int) -> None:
-        """Cut the worker ``prefer`` (or the other one) off while it runs a step;
-        until its lease lapsed (and its steps were taken over), then heal it."""
+    def cut(self, slot: int) -> None:
+        """Cut the worker in ``slot`` off while it runs a step, until its lease
+        lapsed (and its steps were taken over), then heal it."""
         case = self.hcfg.case
-        for tries in range(40):  # a worker that holds a step, at most ~10 s of tries
-            busy = self.busy_slots()
-            slot = prefer if prefer in busy or not busy else busy[0]
-            host = self.lab.workers[slot]
+        host = self.lab.workers[slot]
+        for tries in range(40):  # until the cut catches it holding a step
+            while slot not in self.busy_slots() and not self.abort.wait(0.05):
+                if time.monotonic() - self.t0 > self.cfg.seconds * 2:
+                    break  # the workload is over: cut it anyway
             began = time.monotonic()
             if case == "db-cut":
                 host.cut_from(self.lab.db)
@@ -391,9 +393,8 @@ class _FaultRun(_Chaos):
             held = self.held_by(slot)
             if held or tries == 39:
                 break
-            host.heal()  # it held nothing at the cut: try again in a moment
+            host.heal()  # it finished its step just before the cut: again
             host.plug()
-            self.abort.wait(0.25)  # the retry's pace
         fault = Fault(slot, began, held=len(held))
         self.faults.append(fault)
         self.log(f"{case}: w{slot + 1} cut off, holding {len(held)} steps")
@@ -616,6 +617,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--minutes", type=float, default=5.0)
     args = parser.parse_args(argv)
+    # Stop cleanly (hosts, servers and workers removed) on SIGTERM, and on
+    # SIGINT even when started in the background, where it is ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rows: list[HostsSummary] = []
     echo: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
     with lab() as lab_:
