@@ -575,7 +575,13 @@ def run_case(lab_: Lab, cfg: HostsConfig, echo: Echo = print, check: bool = True
         row = run.summarise()
         if row.violations:
             echo(run.log_tails())
-    echo(run.summary.render())
+    c = run.summary
+    echo(
+        f"{cfg.case}: runs {c.statuses}, {c.steps} steps, attempts {c.attempt_statuses},"
+        f" bodies run again {c.reexecutions}, {len(row.violations)} violations"
+    )
+    for violation in row.violations[:40]:
+        echo(f"  - {violation}")
     echo(render_table([row]))
     if not row.violations:
         shutil.rmtree(run.workdir, ignore_errors=True)
