@@ -15,6 +15,11 @@ machine itself crashes, never on ``pg_ctl -m immediate``, because the WAL that a
 commit wrote is in the kernel's cache either way. Everything else, notably
 ``synchronous_commit``, keeps PostgreSQL's defaults, so a crash loses exactly
 the asynchronous commits it would lose on the real server.
+
+Both servers listen on loopback unless told a ``host`` (an address of a network
+namespace, say) and take a ``command_prefix`` their server process starts
+under (``["ip", "netns", "exec", "ns"]``): the cross-host fault suite runs them
+in namespaces of their own.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -65,9 +70,9 @@ def _as_server_user() -> list[str]:
     return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
 
-def _run(args: list[str]) -> None:
+def _run(args: list[str], prefix: Sequence[str] = ()) -> None:
     done = subprocess.run(
-        _as_server_user() + args,
+        [*prefix, *_as_server_user(), *args],
         capture_output=True,
         text=True,
         timeout=_PG_TIMEOUT + 30,
@@ -81,10 +86,14 @@ def _run(args: list[str]) -> None:
 
 
 class ThrowawayPostgres:
-    """One PostgreSQL cluster of the test's own, on a free loopback port."""
+    """One PostgreSQL cluster of the test's own, on a free port of ``host``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, host: str = "127.0.0.1", command_prefix: Sequence[str] = ()
+    ) -> None:
         self.root = root
+        self.host = host
+        self.command_prefix = list(command_prefix)
         self.data = root / "data"
         self.log = root / "server.log"
         self.port = free_port()
@@ -92,10 +101,11 @@ class ThrowawayPostgres:
     @property
     def url(self) -> str:
         """The SQLAlchemy URL of the ``postgres`` database, as superuser ``postgres``."""
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/postgres"
 
     def init(self) -> None:
-        """Create the cluster: trust on loopback, sockets in its own directory."""
+        """Create the cluster: trust on loopback (and on the networks ``host`` is
+        on), sockets in its own directory."""
         _run(
             [
                 _pg_bin("initdb"),
@@ -114,11 +124,14 @@ class ThrowawayPostgres:
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write(
                 "\n# throwaway test server\n"
-                "listen_addresses = '127.0.0.1'\n"
+                f"listen_addresses = '{self.host}'\n"
                 f"unix_socket_directories = '{self.root}'\n"
                 "fsync = off\n"
                 "log_min_messages = warning\n"
             )
+        if self.host != "127.0.0.1":
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""
@@ -166,7 +179,8 @@ class ThrowawayPostgres:
                 "-t",
                 str(_PG_TIMEOUT),
                 *extra,
-            ]
+            ],
+            self.command_prefix,
         )
 
 
@@ -184,10 +198,12 @@ def _owned_temp_dir(prefix: str) -> Path:
 
 
 @contextmanager
-def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
+def throwaway_postgres(
+    host: str = "127.0.0.1", command_prefix: Sequence[str] = ()
+) -> Iterator[ThrowawayPostgres]:
     """A started throwaway PostgreSQL; always stopped and deleted afterwards."""
     root = _owned_temp_dir("pikku-pg-")
-    server = ThrowawayPostgres(root)
+    server = ThrowawayPostgres(root, host, command_prefix)
     try:
         server.init()
         for attempt in range(3):  # the free port may be taken before the server binds it
@@ -208,29 +224,36 @@ def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
 
 
 class ThrowawayRedis:
-    """One Redis server of the test's own: nothing saved, on a free loopback port."""
+    """One Redis server of the test's own: nothing saved, on a free port of ``host``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, host: str = "127.0.0.1", command_prefix: Sequence[str] = ()
+    ) -> None:
         self.root = root
+        self.host = host
+        self.command_prefix = list(command_prefix)
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """The redis-py URL of database 0."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         """Start ``redis-server`` and wait until it answers."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise ThrowawayServerError("redis-server not found")
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        args = [*self.command_prefix, binary, "--port", str(self.port), "--bind", self.host]
+        args += ["--save", ""]
+        if self.host != "127.0.0.1":  # no password: Redis would refuse other hosts
+            args += ["--protected-mode", "no"]
         args += ["--appendonly", "no", "--daemonize", "no", "--dir", str(self.root)]
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.root
         )
-        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=1)
 
         def answers() -> bool:
             if self.process is not None and self.process.poll() is not None:
@@ -259,10 +282,12 @@ class ThrowawayRedis:
 
 
 @contextmanager
-def throwaway_redis() -> Iterator[ThrowawayRedis]:
+def throwaway_redis(
+    host: str = "127.0.0.1", command_prefix: Sequence[str] = ()
+) -> Iterator[ThrowawayRedis]:
     """A started throwaway Redis; always stopped and deleted afterwards."""
     root = Path(tempfile.mkdtemp(prefix="pikku-redis-"))
-    server = ThrowawayRedis(root)
+    server = ThrowawayRedis(root, host, command_prefix)
     try:
         server.start()
         yield server

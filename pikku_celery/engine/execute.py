@@ -169,10 +169,15 @@ def _attempt(
             ran = time.monotonic() - began
             # The lease is still renewed while the outcome is written, so a store
             # that is briefly away (a restart) does not cost the attempt.
-            # A committed transactional step is already recorded: the pass only advances.
+            # A committed transactional step is already recorded: the pass only
+            # advances, and there is no lease left to keep (a renewal now would
+            # be refused and reported as a lease lost to another attempt).
+            if committed:
+                engine.keeper.drop(holding)
             done = _advance_retrying(engine, run_id, None if committed else outcome, offer)
         finally:
-            engine.keeper.drop(holding)
+            if not holding.dropped:
+                engine.keeper.drop(holding)
         if done is None:
             watch.refused()
             if dispatch == BROKER:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,7 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery import step_connection, transactional
-from pikku_celery.engine import Context
+from pikku_celery.engine import Context, execute
+from pikku_celery.engine.orchestrate import advance
 from pikku_celery.errors import PikkuError, WorkflowFailedError
 from pikku_celery.store import AttemptStatus, InMemoryWorkflowStore, WorkflowStore
 from pikku_celery.store.schema import metadata
@@ -198,3 +201,38 @@ def test_a_transaction_the_database_lost_is_taken_again_not_failed(
     assert [a.status for a in hist.attempts] == [AttemptStatus.SUCCEEDED]
     # The log names the attempt that ran its body again (the chaos suite counts these).
     assert f"transactional step {run.run_id}:book:1; taking it again" in caplog.text
+
+
+def test_a_committed_step_whose_pass_is_slow_does_not_claim_its_lease_was_lost(
+    sql_store: SQLWorkflowStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pass after a committed transactional step can outlast half the
+    lease (a store 200 ms away takes seconds): nothing is left to guard then,
+    and the keeper must not renew on and report "another attempt owns it"
+    for a step this attempt itself completed (the cross-host suite saw it)."""
+    h = _harness(sql_store)  # a 300 ms lease: the first renewal is due at 150 ms
+    slow = 0.6  # the pass's store round trips, far away
+
+    def slow_advance(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(slow)  # the fault: a slow store, not synchronisation
+        return advance(*args, **kwargs)
+
+    monkeypatch.setattr(execute, "advance", slow_advance)
+
+    @h.task
+    @transactional
+    def book(run_id: str) -> str:
+        step_connection().execute(ledger.insert().values(run_id=run_id, call=h.count("book")))
+        return "booked"
+
+    @h.workflow
+    def wf(ctx: Context) -> Any:
+        return ctx.step("book", book, ctx.run_id)
+
+    with caplog.at_level(logging.INFO, logger="pikku_celery"):
+        run = wf.start()
+        h.run()
+        assert run.wait(timeout=10) == "booked"
+    assert _rows(sql_store, run.run_id) == [1]
+    lost = [r.getMessage() for r in caplog.records if "lost its lease" in r.getMessage()]
+    assert lost == []

@@ -12,6 +12,7 @@ agree. Settings (all strings):
 ``PIKKU_CHAOS_VISIBILITY``  broker visibility timeout = step lease (seconds)
 ``PIKKU_CHAOS_SWEEP``       beat sweep interval (seconds)
 ``PIKKU_CHAOS_SKEWED``      "1" in a worker started under ``faketime``
+``PIKKU_CHAOS_POOL_RECYCLE`` seconds after which a pooled store connection is replaced
 
 Workers load the module-level ``app``, built from their environment.
 
@@ -40,7 +41,7 @@ import sqlalchemy as sa
 from celery import Celery, signals
 
 from pikku_celery import Context, Pikku, Workflow, step_connection, transactional
-from pikku_celery.sql.engines import now_ms_sql
+from pikku_celery.sql.engines import make_engine, now_ms_sql
 
 STEPS = 5
 STEP_RETRIES = 50  # kills, the restart and the flush each cost a step an attempt
@@ -126,9 +127,11 @@ def build(env: Mapping[str, str]) -> ChaosApp:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
+    recycle = env.get("PIKKU_CHAOS_POOL_RECYCLE")  # seconds: connections turn over
     pikku = Pikku(
         app,
-        database,
+        engine=make_engine(database, pool_recycle=float(recycle)) if recycle else None,
+        database_url=None if recycle else database,
         sweep_interval=sweep,
         sweep_backoff=0.5,
         message_grace=3.0,
