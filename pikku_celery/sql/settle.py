@@ -3,8 +3,9 @@
 A pass that settles a run sends ``NOTIFY pikku_run_settled`` after commit,
 its payload the run id and, when they fit, the run's status, output and
 error (:func:`settle_notice`). One background thread per store holds the
-LISTEN connection, keeps the outcomes the latest notices carried, and wakes
-whoever watches those runs. So a wait costs no connection set-up and no
+LISTEN connection while anyone waits (and :data:`IDLE_AFTER` seconds more),
+keeps the outcomes the latest notices carried, and wakes whoever watches
+those runs. So a wait costs no connection set-up and no
 polling, and a run this process started while it listened is waited for
 without reading it at all.
 
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 SETTLED_CHANNEL = "pikku_run_settled"
 NOTICE_BYTES = 7900  # PostgreSQL's payload limit is 8000 bytes
 RECENT_KEPT = 1024  # outcomes of at most ~8 KB each
+IDLE_AFTER = 30.0
+"""Seconds with nobody waiting after which the listener lets its connection
+go: a process that waits now and then (a web worker, a test suite making a
+store per test) holds no LISTEN connection between its waits."""
 
 
 def settle_notice(run_id: str, status: str, output: str | None, error: str | None) -> str:
@@ -85,8 +90,10 @@ class Watch:
 class SettleListener:
     """Fans the settle notifications of one database out to waiting threads."""
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, idle_after: float = IDLE_AFTER) -> None:
         self._engine = engine
+        self._idle_after = idle_after
+        self._idle_since: float | None = None
         self._lock = threading.Lock()
         self._watchers: dict[str, set[threading.Event]] = {}
         self._recent: OrderedDict[str, Settled] = OrderedDict()
@@ -106,6 +113,7 @@ class SettleListener:
         watch = Watch(self, run_id)
         with self._lock:
             self._ensure_thread()
+            self._idle_since = None
             self._watchers.setdefault(run_id, set()).add(watch.event)
         self._listening.wait(2.0)  # the LISTEN is in place before the first read
         try:
@@ -198,9 +206,28 @@ class SettleListener:
             while not stop.is_set():
                 while (note := pgconn.notifies()) is not None:
                     self._heard(note.extra.decode(encoding, "replace"))
-                selector.select()
-                if not stop.is_set():
-                    pgconn.consume_input()  # raises once the connection is gone
+                selector.select(self._idle_after)
+                if stop.is_set() or self._retired_idle(stop):
+                    return
+                pgconn.consume_input()  # raises once the connection is gone
+
+    def _retired_idle(self, stop: _Stop) -> bool:
+        """Stop this thread when nobody has waited for ``idle_after`` seconds;
+        decided under the lock, so a watch that comes now starts a new one."""
+        with self._lock:
+            if self._watchers:
+                self._idle_since = None
+                return False
+            now = time.monotonic()
+            if self._idle_since is None:
+                self._idle_since = now
+            if now - self._idle_since < self._idle_after:
+                return False
+            if self._stop is stop:
+                self._thread = self._stop = None
+            self._idle_since = None
+        stop.set()
+        return True
 
     def _heard(self, payload: str) -> None:
         run_id, outcome = read_notice(payload)

@@ -435,6 +435,11 @@ class _FaultRun(_Chaos):
                 continue
             fault.recovered = self.monitor.finished_after(fault.slot, fault.ended)
             if fault.recovered is None and fault.kind == "cut":
+                # The workload may have ended before the healed worker was back
+                # on its broker (a reconnect waits out TCP's back-off): give it
+                # more work, for a bounded time, before calling it stuck.
+                fault.recovered = self._probe(fault.slot, fault.ended)
+            if fault.recovered is None and fault.kind == "cut":
                 self.summary.violations.append(
                     f"w{fault.slot + 1} finished no step after its cut ended"
                 )
@@ -445,6 +450,23 @@ class _FaultRun(_Chaos):
                 self.summary.violations.append(
                     "a worker cut off while running a step never had its late outcome refused"
                 )
+
+    def _probe(self, slot: int, moment: float, within: float = 90.0) -> float | None:
+        """Start more runs until the worker in ``slot`` finishes a step after
+        ``moment`` (the seconds that took), or ``within`` seconds pass (None)."""
+        deadline = time.monotonic() + within
+        index = max(self.run_ids, default=-1) + 1
+        while time.monotonic() < deadline:
+            for i in range(index, index + self.cfg.workers * 2):
+                self.run_ids[i] = self.app.workflow.start(i, idempotency_key=f"chaos-{i}").run_id
+            index += self.cfg.workers * 2
+            self.summary.runs_started = len(self.run_ids)
+            with contextlib.suppress(AssertionError):  # the probes' own pace
+                wait_until(lambda: self.unsettled() == 0, timeout=30, interval=0.2)
+            found = self.monitor.finished_after(slot, moment)
+            if found is not None:
+                return found
+        return None
 
     def _refused_lines(self) -> int:
         return sum(
