@@ -96,6 +96,17 @@ class ChaosApp:
     workflow: Workflow
     ns: str
 
+    def release(self) -> None:
+        """Disconnect the pool-process marker from Celery's (process-wide)
+        signal: a test process that built this app must not have a later
+        test's in-process worker call it, with this run's Redis gone."""
+        signals.worker_process_init.disconnect(dispatch_uid=mark_uid(self.ns))
+
+
+def mark_uid(ns: str) -> str:
+    """The dispatch uid of one chaos app's pool-process marker."""
+    return f"pikku-chaos-mark-{ns}"
+
 
 def build(env: Mapping[str, str]) -> ChaosApp:
     broker = env["PIKKU_CHAOS_BROKER"]
@@ -196,7 +207,7 @@ def build(env: Mapping[str, str]) -> ChaosApp:
         mark = {"skewed": skewed, "clock": time.time(), "redis_clock": seconds + micros / 1e6}
         client.hset(procs_key(ns), worker_name(), json.dumps(mark))
 
-    signals.worker_process_init.connect(mark_process, weak=False)
+    signals.worker_process_init.connect(mark_process, weak=False, dispatch_uid=mark_uid(ns))
     return ChaosApp(app, pikku, queue, five, ns)
 
 

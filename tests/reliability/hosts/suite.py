@@ -488,6 +488,7 @@ class _FaultRun(_Chaos):
     def summarise(self) -> HostsSummary:
         s, row = self.summary, self.row
         row.chaos = s
+        row.runs = max(row.runs, s.runs_started)  # with any probes of a healed worker
         row.completed = s.completed
         row.steps = s.steps
         row.ledger_rows = s.ledger_rows
