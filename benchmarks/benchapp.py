@@ -3,7 +3,8 @@
 ``PIKKU_BENCH_COUNT`` names a file: the worker then counts its round trips
 to a MySQL/MariaDB store (each PyMySQL ``execute``, ``commit`` and
 ``rollback``: a batch of statements is one) and writes the count there when
-it shuts down.
+it shuts down. ``PIKKU_BENCH_POOLER`` is ``Pikku(pooler=...)`` (the database
+URL then goes through PgBouncer: ``benchmarks/capacity.py --pgbouncer``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-from typing import Any
+from typing import Any, cast
 
 from celery import Celery, signals
 
@@ -21,6 +22,7 @@ BROKER = os.environ.get("PIKKU_BENCH_BROKER", "redis://127.0.0.1:6379/12")
 DATABASE = os.environ.get("PIKKU_BENCH_DB", "sqlite:///bench.db")
 QUEUE = os.environ.get("PIKKU_BENCH_QUEUE", "pikku-bench")
 COUNT_FILE = os.environ.get("PIKKU_BENCH_COUNT")
+POOLER = cast(Any, os.environ.get("PIKKU_BENCH_POOLER") or None)
 
 app = Celery("bench", broker=BROKER, backend=BROKER, set_as_current=False)
 app.conf.update(
@@ -30,7 +32,8 @@ app.conf.update(
     result_expires=300,
     broker_connection_retry_on_startup=True,
 )
-pikku = Pikku(app, DATABASE, install_beat=False)
+MAX_STEPS = int(os.environ.get("PIKKU_BENCH_MAX_STEPS", "1000"))  # workflow.py --steps 10000
+pikku = Pikku(app, DATABASE, install_beat=False, pooler=POOLER, max_steps_per_run=MAX_STEPS)
 
 
 @app.task(name="bench.inc", shared=False)
@@ -55,7 +58,7 @@ def linear_broker(ctx: Context, n: int) -> Any:
 
 
 if COUNT_FILE:
-    from benchmarks.mysql_round_trips import counting
+    from tests.mysql_round_trips import counting
 
     # Counted for the worker's whole life (the stack kept, so the counting
     # stays on); written when it shuts down.

@@ -41,13 +41,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.store import SERVERS, scratch
 from pikku_celery.engine import Context, WorkflowEngine
 from pikku_celery.engine.deploy_check import DeployCheck, check_deploy, check_run
+from pikku_celery.model.values import step_id_for
 from pikku_celery.sql.engines import make_engine
+from pikku_celery.sql.schema import run_table, step_table
 from pikku_celery.store import NewRun, RunView, StepKind, StepStatus
 from pikku_celery.store.migrate import upgrade
-from pikku_celery.store.model import step_id_for
 from pikku_celery.store.rows import run_params
-from pikku_celery.store.schema import run_table, step_table
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import make_engine as make_test_engine
 
 WORKFLOW = "bench.deploy"
@@ -185,7 +186,7 @@ def main() -> None:
             upgrade(url)
             engine = make_engine(url)
             try:
-                store = SQLWorkflowStore(engine)
+                store = store_for(engine)
                 same = engine_with(store, body(args.steps))
                 changed = engine_with(store, body(args.steps, renamed=args.steps // 2))
                 populate(store, args.runs, args.steps, same.registry.get(WORKFLOW).version)

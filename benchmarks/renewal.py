@@ -28,10 +28,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.store import SERVERS, TASK, row, scratch, steps, update_op
+from pikku_celery.engine.passes import take_pass
 from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import Decision, NewRun
 from pikku_celery.store.migrate import upgrade
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 
 LEASE_MS = 3_600_000
 
@@ -40,7 +42,7 @@ def renewal_ops(store: SQLWorkflowStore) -> tuple[Callable[[], None], Callable[[
     """(step row only, renewal as the store does it) on one claimed step."""
     run, _ = store.create_run(NewRun("bench", {}))
     made = Decision(new_steps=steps(1))
-    store.advance(run.id, None, lambda view: made)
+    take_pass(store, run.id, None, lambda view: made)
     [step] = store.get_steps(run.id)
     claimed = store.claim_step(step.id, TASK, "bench-worker", LEASE_MS)
     assert claimed is not None
@@ -65,7 +67,7 @@ def renewal_ops(store: SQLWorkflowStore) -> tuple[Callable[[], None], Callable[[
 def measure(url: str, n: int, warmup: int = 200) -> dict[str, list[float]]:
     update, update_engine = update_op(url)
     engine = make_engine(url)
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
     step_row_only, counted = renewal_ops(store)
     ops = [("UPDATE", update), ("renew step row", step_row_only), ("renew + count", counted)]
     times: dict[str, list[float]] = {name: [] for name, _ in ops}

@@ -35,6 +35,8 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pikku_celery.engine.known_runs import KnownRuns
+from pikku_celery.engine.passes import take_pass
 from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import (
     Decision,
@@ -47,6 +49,7 @@ from pikku_celery.store import (
 )
 from pikku_celery.store.migrate import upgrade
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 
 SERVERS = {
     "postgres": os.environ.get(
@@ -112,7 +115,7 @@ def claim_complete_op(store: SQLWorkflowStore, n: int) -> Callable[[], None]:
     """claim_step + complete_step over the steps of one big run."""
     run, _ = store.create_run(NewRun("bench", {}))
     made = Decision(new_steps=steps(n))
-    store.advance(run.id, None, lambda view: made)
+    take_pass(store, run.id, None, lambda view: made)
     ids = iter([s.id for s in store.get_steps(run.id)])
 
     def op() -> None:
@@ -128,6 +131,7 @@ def claim_advance_op(store: SQLWorkflowStore) -> tuple[Callable[[], None], Calla
     the current step, then completes it and records the next in one pass.
     ``prepare`` starts a new run when one is finished (not timed)."""
     state: dict[str, str | None] = {"run": None, "step": None}
+    runs = KnownRuns()  # what the engine threads: a pass's run to the next claim
 
     def decide(view: RunView) -> Decision:
         done = len(view.steps)
@@ -139,15 +143,17 @@ def claim_advance_op(store: SQLWorkflowStore) -> tuple[Callable[[], None], Calla
         if state["step"] is None:
             run, _ = store.create_run(NewRun("bench", {}))
             state["run"] = run.id
-            state["step"] = store.advance(run.id, None, decide).steps[0].id
+            state["step"] = take_pass(store, run.id, None, decide, None, runs).steps[0].id
 
     def cycle() -> None:
         run_id, step_id = state["run"], state["step"]
         assert run_id is not None and step_id is not None
-        step = store.claim_step(step_id, TASK, "bench-worker", 60_000, bound_ms=BOUND_MS)
-        assert step is not None
+        known = runs.take(step_id)
+        got = store.claim(step_id, TASK, "bench-worker", 60_000, bound_ms=BOUND_MS, known=known)
+        assert got is not None
+        step = got.step
         outcome = StepOutcome(step.id, step.attempt, ok=True, result={"ok": True})
-        result = store.advance(run_id, outcome, decide)
+        result = take_pass(store, run_id, outcome, decide, got.view, runs)
         state["step"] = result.steps[0].id if result.steps else None
 
     return prepare, cycle
@@ -158,7 +164,7 @@ def measure(url: str, n: int, warmup: int = 200) -> dict[str, list[float]]:
     spike on this shared machine hits all three alike."""
     update, update_engine = update_op(url)
     engine = make_engine(url)
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
     cc = claim_complete_op(store, n + warmup)
     prepare, ca = claim_advance_op(store)
     times: dict[str, list[float]] = {"UPDATE": [], "claim+complete": [], "claim+advance": []}

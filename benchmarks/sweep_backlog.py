@@ -50,9 +50,10 @@ import sqlalchemy as sa  # noqa: E402
 
 from pikku_celery.engine.core import WorkflowEngine  # noqa: E402
 from pikku_celery.lease import InMemoryLeaseService  # noqa: E402
+from pikku_celery.sql.schema import run_table, step_table  # noqa: E402
 from pikku_celery.store.migrate import upgrade  # noqa: E402
-from pikku_celery.store.schema import run_table, step_table  # noqa: E402
 from pikku_celery.store.sql import SQLWorkflowStore  # noqa: E402
+from pikku_celery.store.sql_for import store_for  # noqa: E402
 from pikku_celery.testing import InlineDispatcher  # noqa: E402
 
 PG_ADMIN = os.environ.get("PIKKU_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -230,7 +231,7 @@ def measure(code: str, db: str, runs: int, kind: str, max_sweeps: int) -> Backlo
         upgrade(url)
         engine = sa.create_engine(url)
         try:
-            store = SQLWorkflowStore(engine)
+            store = store_for(engine)
             started = time.perf_counter()
             run_ids = generate(engine, runs, kind, store.now_ms())
             result.generate_seconds = round(time.perf_counter() - started, 1)

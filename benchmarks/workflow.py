@@ -2,6 +2,13 @@
 
     python benchmarks/workflow.py [--database postgres|mariadb] [--steps 20] [--runs 15]
                                   [--concurrent 200] [--concurrent-steps 5] [--rounds 3]
+                                  [--skip-throughput] [--skip-chain]
+
+A long run (``--steps 10000 --runs 2 --skip-chain --skip-throughput``) shows
+how a step's cost grows with the run's history; the chain, which carries its
+remaining links in every message, is left out there. Past 20 steps each
+round also runs both workflows at 20 steps, and the report gives each
+one's per-step cost at N over its cost at 20, paired by round.
 
 Latency, on one `celery worker --pool solo` (Redis broker, a scratch
 database): in each round, a chain of N `inc` links (its result read from the
@@ -61,6 +68,7 @@ def main() -> int:
     p.add_argument("--concurrent-steps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3, help="throughput rounds of each")
     p.add_argument("--skip-throughput", action="store_true")
+    p.add_argument("--skip-chain", action="store_true", help="no Celery chain row (long runs)")
     args = p.parse_args()
 
     tag = f"pikku_bench_{uuid.uuid4().hex[:8]}"
@@ -75,6 +83,7 @@ def main() -> int:
         "PIKKU_BENCH_BROKER": REDIS,
         "PIKKU_BENCH_DB": db_url,
         "PIKKU_BENCH_QUEUE": tag,
+        "PIKKU_BENCH_MAX_STEPS": str(max(1000, args.steps)),
     }
     os.environ.update(env)
     from pikku_celery.store import migrate
@@ -109,10 +118,19 @@ def main() -> int:
         probes = latency_probes(benchapp, n)
         floor, store_engine = store_probes(db_url, n)
         probes.update(floor)
+        if args.skip_chain:
+            del probes["Celery chain"]
+            times.pop("Celery chain")
+        growth = n > REFERENCE
+        if growth:
+            probes.update(reference_probes(benchapp))
+            times.update({name: [] for name in REFERENCE_ROWS.values()})
         print(f"warming up ({n} steps, {args.runs} rounds) ...", file=sys.stderr)
-        for probe in probes.values():
-            probe()
-        long = [name for name in LATENCY if name in LONG_PROBES]
+        for name, probe in probes.items():
+            if n <= LONGEST_WARMED or name not in LONG_PROBES:
+                probe()  # a run of thousands of steps is its own warm-up
+        long = [name for name in LATENCY if name in LONG_PROBES and name in probes]
+        long += list(REFERENCE_ROWS.values()) if growth else []
         short = [name for name in LATENCY if name not in LONG_PROBES]
         for i in range(args.runs):
             # A 1-step run is short: ten pairs per round, each pair in turn.
@@ -123,8 +141,12 @@ def main() -> int:
                     times[name].append(time.perf_counter() - t0)
             print(f"\r  {i + 1}/{args.runs}", end="", file=sys.stderr)
         print(file=sys.stderr)
-        if args.database == "postgres":
-            cost = wal_cost(admin, tag, lambda: probes["workflow, eager steps"](), n)
+        if args.database == "postgres" and n <= LONGEST_WARMED:
+            # (past it, the segments the count reads are recycled before it reads them)
+            try:
+                cost = wal_cost(admin, tag, lambda: probes["workflow, eager steps"](), n)
+            except sa.exc.OperationalError as exc:  # a busy shared server recycled the WAL
+                cost = f"PostgreSQL: no WAL count ({str(exc).splitlines()[0]})"
         stop_worker(worker)
         if args.database == "mariadb":
             counted = {}
@@ -161,7 +183,7 @@ def main() -> int:
         if worker.poll() is None:
             stop_worker(worker)
         log.close()
-        benchapp.pikku.sql_engine.dispose()  # type: ignore[union-attr]
+        benchapp.pikku.close()  # its pools and its settle listener, before the drop
         if store_engine is not None:
             store_engine.dispose()
         count_file.unlink(missing_ok=True)
@@ -176,6 +198,7 @@ def main() -> int:
 
 
 COUNTED_RUNS = 5
+LONGEST_WARMED = 1000
 SHORT_REPEATS = 10
 CLAIM_AND_PASS = "store: claim + pass"
 START_CLAIM_END = "store: start, claim, end"
@@ -197,21 +220,42 @@ LATENCY = [
 ]
 
 
+REFERENCE = 20
+REFERENCE_ROWS = {
+    "workflow, eager steps": f"eager steps, {REFERENCE}-step run",
+    "workflow, eager_steps=False": f"eager_steps=False, {REFERENCE}-step run",
+}
+
+
+def reference_probes(benchapp: Any) -> dict[str, Callable[[], None]]:
+    """Both workflows at 20 steps, timed in the same rounds as the long ones."""
+
+    def eager() -> None:
+        assert benchapp.linear.start(REFERENCE).wait(timeout=60) == REFERENCE
+
+    def broker() -> None:
+        assert benchapp.linear_broker.start(REFERENCE).wait(timeout=60) == REFERENCE
+
+    eager_row, broker_row = REFERENCE_ROWS.values()
+    return {eager_row: eager, broker_row: broker}
+
+
 def latency_probes(benchapp: Any, n: int) -> dict[str, Callable[[], None]]:
     """Each measured thing, as a call that runs it once and checks its result."""
     from celery import chain
 
     inc = benchapp.inc
+    timeout = 60 + n / 10  # a long run on a loaded machine
 
     def celery_chain() -> None:
         links = chain(inc.s(0), *[inc.s() for _ in range(n - 1)])
-        assert links.apply_async().get(timeout=60) == n
+        assert links.apply_async().get(timeout=timeout) == n
 
     def eager() -> None:
-        assert benchapp.linear.start(n).wait(timeout=60) == n
+        assert benchapp.linear.start(n).wait(timeout=timeout) == n
 
     def broker() -> None:
-        assert benchapp.linear_broker.start(n).wait(timeout=60) == n
+        assert benchapp.linear_broker.start(n).wait(timeout=timeout) == n
 
     def plain() -> None:
         assert inc.apply_async((0,)).get(timeout=60) == 1
@@ -235,13 +279,16 @@ def store_probes(db_url: str, n: int) -> tuple[dict[str, Callable[[], None]], sa
     it. Timed beside the Celery rows, they are the floor under the workflow
     rows: no broker, no worker, no Celery."""
     from benchmarks.store import TASK, claim_advance_op
+    from pikku_celery.engine.known_runs import KnownRuns
+    from pikku_celery.engine.passes import start_pass, take_pass
+    from pikku_celery.ports.store import RunStarts
     from pikku_celery.sql.engines import make_engine
     from pikku_celery.store import Decision, NewRun, NewStep, RunStatus, StepKind, StepOutcome
-    from pikku_celery.store.base import RunStarts
-    from pikku_celery.store.sql import SQLWorkflowStore
+    from pikku_celery.store.sql_for import store_for
 
     engine = make_engine(db_url)
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
+    runs = KnownRuns()  # what the engine threads between the store's calls
     prepare, cycle = claim_advance_op(store)
 
     def claim_and_pass() -> None:
@@ -255,17 +302,14 @@ def store_probes(db_url: str, n: int) -> tuple[dict[str, Callable[[], None]], sa
     def start_claim_end() -> None:
         new = NewRun("bench", 0)
         # As the engine's start(): the run with its first pass in one write
-        # where the store can; start_run creates the run when it cannot.
+        # where the store can.
         starts = store if isinstance(store, RunStarts) else None
-        started = None if starts is None else starts.start_run(new, lambda _: one)
-        if started is None:
-            if starts is None:
-                store.create_run(new)
-            started = store.advance(new.id, None, lambda _: one)
-        claimed = store.claim_step(started.steps[0].id, TASK, "bench-worker", 60_000)
-        assert claimed is not None
-        outcome = StepOutcome(claimed.id, claimed.attempt, ok=True, result=1)
-        store.advance(new.id, outcome, lambda _: end)
+        started = start_pass(store, starts, new, lambda _: one, runs)
+        first = started.steps[0].id
+        got = store.claim(first, TASK, "bench-worker", 60_000, known=runs.take(first))
+        assert got is not None
+        outcome = StepOutcome(got.step.id, got.step.attempt, ok=True, result=1)
+        take_pass(store, new.id, outcome, lambda _: end, got.view, runs)
 
     return {CLAIM_AND_PASS: claim_and_pass, START_CLAIM_END: start_claim_end}, engine
 
@@ -273,7 +317,7 @@ def store_probes(db_url: str, n: int) -> tuple[dict[str, Callable[[], None]], sa
 def wal_cost(admin: sa.Engine, database: str, run: Callable[[], None], n: int) -> str:
     """The write transactions one eager run of ``n`` steps makes on the
     database, counted in the write-ahead log."""
-    from benchmarks.wal import database_oid, wal_position, write_transactions
+    from tests.wal import database_oid, wal_position, write_transactions
 
     with admin.connect() as conn:
         conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
@@ -314,8 +358,10 @@ def report(
         (START_CLAIM_END, 1, "plain task", "<= 0.5x"),
     ]
     for name, steps, against, target in rows:
+        if name not in times:
+            continue  # --skip-chain
         ratio = ""
-        if against is not None:
+        if against is not None and against in times:
             pairs = zip(times[name], times[against], strict=True)
             q1, q2, q3 = quartiles([a / b for a, b in pairs])
             ratio = f"{q2:.2f}x ({q1:.2f} to {q3:.2f})"
@@ -327,6 +373,15 @@ def report(
         "ending pass of a 1-step run, on the store alone (no broker, no worker); their "
         "target is what the workflow row's target leaves for everything a workflow adds"
     )
+    for long, short in REFERENCE_ROWS.items():
+        if short in times:
+            pairs = zip(times[long], times[short], strict=True)
+            q1, q2, q3 = quartiles([(a / n) / (b / REFERENCE) for a, b in pairs])
+            per = med[short] * 1000 / REFERENCE
+            print(
+                f"\n{long}: per step at {n} steps / per step at {REFERENCE} "
+                f"({per:.2f} ms), paired by round: {q2:.2f}x ({q1:.2f} to {q3:.2f})"
+            )
     if cost:
         print(f"\n{cost}")
     if not through["workflows"]:
@@ -349,6 +404,8 @@ def report(
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]  # --runs 1
     q = statistics.quantiles(values, n=4)
     return q[0], q[1], q[2]
 

@@ -4,12 +4,16 @@ Celery tasks become the steps of a workflow written as plain Python; every
 step's outcome lives in your SQL database, fenced by its attempt number.
 """
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .engine import Context, RunHandle, StepHandle, StepHistory, SweepReport, Workflow
+from .engine.concurrency import Concurrency
 from .errors import (
     CanvasError,
     CorruptValueError,
+    EventNotSetError,
+    EventTimeoutError,
     IdempotencyKeyReusedError,
     InvalidIdError,
     InvalidRunIdError,
@@ -17,49 +21,59 @@ from .errors import (
     LeaseTakenError,
     PayloadError,
     PikkuError,
+    PoolerWarning,
     RunNotFoundError,
     RunSettledError,
     SchemaMissingError,
     SignalAlreadySentError,
     SignalTimeoutError,
     StepFailedError,
+    StepTimeLimitExceeded,
     StoreUnavailableError,
     UnknownPatchError,
     UnknownTaskError,
     UnknownWorkflowError,
     UnknownWorkflowVersionError,
     WorkflowCancelledError,
+    WorkflowDeadlineError,
     WorkflowFailedError,
     WorkflowLimitError,
     WorkflowNondeterminismError,
     WorkflowStepFunctionMismatchError,
     WorkflowStepLeaseExpiredError,
     WorkflowStepSupersededError,
+    WorkflowStepTimeoutError,
     WorkflowTimeoutError,
 )
 from .lazy import lazy_attributes
-from .store.model import RunStatus, StepStatus
+from .model.values import RunStatus, StepStatus
+from .store.events import RunEvent
+from .version import __version__
 
 if TYPE_CHECKING:
     from .canvas.handle import CanvasRun
+    from .canvas.result import DurableResult
     from .celery import Pikku, QueueLease
     from .engine.transactional import step_connection, transactional
 
 _LAZY = {
     "CanvasRun": ".canvas.handle",
+    "DurableResult": ".canvas.result",
     "Pikku": ".celery",
     "QueueLease": ".celery",
     "step_connection": ".engine.transactional",
     "transactional": ".engine.transactional",
 }
 
-__version__ = "0.1.0"
-
 __all__ = [
     "CanvasError",
     "CanvasRun",
+    "Concurrency",
     "Context",
     "CorruptValueError",
+    "DurableResult",
+    "EventNotSetError",
+    "EventTimeoutError",
     "IdempotencyKeyReusedError",
     "InvalidIdError",
     "InvalidRunIdError",
@@ -68,7 +82,9 @@ __all__ = [
     "PayloadError",
     "Pikku",
     "PikkuError",
+    "PoolerWarning",
     "QueueLease",
+    "RunEvent",
     "RunHandle",
     "RunNotFoundError",
     "RunSettledError",
@@ -80,6 +96,7 @@ __all__ = [
     "StepHandle",
     "StepHistory",
     "StepStatus",
+    "StepTimeLimitExceeded",
     "StoreUnavailableError",
     "SweepReport",
     "UnknownPatchError",
@@ -88,16 +105,26 @@ __all__ = [
     "UnknownWorkflowVersionError",
     "Workflow",
     "WorkflowCancelledError",
+    "WorkflowDeadlineError",
     "WorkflowFailedError",
     "WorkflowLimitError",
     "WorkflowNondeterminismError",
     "WorkflowStepFunctionMismatchError",
     "WorkflowStepLeaseExpiredError",
     "WorkflowStepSupersededError",
+    "WorkflowStepTimeoutError",
     "WorkflowTimeoutError",
     "__version__",
     "step_connection",
     "transactional",
 ]
 
-__getattr__ = lazy_attributes(__name__, _LAZY)
+_lazy = lazy_attributes(__name__, _LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Pikku":
+        # Durable canvas builds on the Celery integration and registers itself
+        # with it when imported: every Pikku made from here has durable().
+        importlib.import_module(".canvas.extension", __name__)
+    return _lazy(name)

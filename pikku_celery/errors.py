@@ -253,3 +253,51 @@ class WorkflowCancelledError(WorkflowError):
 
 class WorkflowTimeoutError(WorkflowError, TimeoutError):
     """``RunHandle.wait`` gave up before the run settled."""
+
+
+class PoolerWarning(UserWarning):
+    """pikku's PostgreSQL connections go through a connection pooler (PgBouncer)
+    that no ``pooler=`` setting names: set ``Pikku(..., pooler="transaction")``
+    behind transaction pooling, ``"session"`` behind session pooling."""
+
+
+class EventNotSetError(WorkflowError, LookupError):
+    """``RunHandle.get_event`` found no value for the key: the run ended without
+    setting it (or, as :class:`EventTimeoutError`, it was not set in time)."""
+
+    def __init__(self, run_id: str, key: str, detail: str) -> None:
+        super().__init__(f"workflow run {run_id} has no event {key!r}: {detail}")
+        self.run_id = run_id
+        self.key = key
+
+
+class EventTimeoutError(EventNotSetError, TimeoutError):
+    """``RunHandle.get_event`` waited its ``timeout`` and the key was still unset."""
+
+    """``RunHandle.wait`` gave up before the run settled (its subclass
+    :class:`WorkflowDeadlineError`: the run itself passed its deadline)."""
+
+
+class WorkflowDeadlineError(WorkflowTimeoutError, WorkflowFailedError):
+    """The run passed its deadline (``start(timeout=)``, ``@workflow(timeout=)``)
+    on the database's clock and failed: its open steps were closed and its
+    children asked to stop. Both a timeout and a failure, so either
+    ``except`` catches it."""
+
+    def __init__(self, run_id: str, error: dict[str, Any] | None) -> None:
+        WorkflowFailedError.__init__(self, run_id, error)
+
+
+class WorkflowStepTimeoutError(WorkflowError, TimeoutError):
+    """A step's attempt ran past its time limit (``ctx.step(timeout=)`` or
+    its task's ``time_limit``): recorded as that attempt's error; the step
+    retries while it has attempts left."""
+
+
+class StepTimeLimitExceeded(BaseException):
+    """Raised inside a step's body when its hard time limit passes.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that a body's
+    ``except Exception`` does not swallow it; it is raised again every
+    second until the body ends. The attempt is recorded as failed with
+    :class:`WorkflowStepTimeoutError`."""

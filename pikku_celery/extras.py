@@ -9,7 +9,6 @@ of a bare ``No module named ...`` from deep inside a driver.
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from celery import Celery
 
@@ -77,23 +76,3 @@ def require_broker_extra(app: Celery, transport: str) -> None:
             importlib.import_module(module)
         except ImportError:
             raise MissingExtraError(f"the {transport!r} broker", extra, module) from None
-
-
-def broker_check_on_worker_start(app: Celery) -> Any:
-    """A ``celeryd_init`` receiver: a worker of ``app`` stops at once, saying
-    which extra to install, when its broker's client libraries are missing.
-
-    Celery logs and swallows a receiver's ``Exception``; this one exits, as the
-    worker would a moment later with kombu's bare ``ImportError``.
-    """
-    from .celery.queues import transport_name
-
-    def check(instance: Any = None, **_: Any) -> None:
-        if getattr(instance, "app", None) is not app:
-            return
-        try:
-            require_broker_extra(app, transport_name(app))
-        except MissingExtraError as exc:
-            raise SystemExit(f"pikku-celery: {exc}") from None
-
-    return check

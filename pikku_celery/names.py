@@ -27,6 +27,13 @@ PATCH_PREFIX = "patch:"
 
 MAX_PATCH_ID_LENGTH = MAX_NAME_LENGTH - len(PATCH_PREFIX)
 
+EVENT_PREFIX = "event:"
+"""``ctx.set_event(key, value)`` records the value step ``event:<key>#<n>``,
+``n`` counting the run's earlier events of that key from 0."""
+
+MAX_EVENT_KEY_LENGTH = MAX_NAME_LENGTH - len(EVENT_PREFIX) - len("#") - 7
+"""An event key leaves room for its prefix and a number of seven digits."""
+
 
 def check_name(value: Any, what: str, max_length: int = MAX_NAME_LENGTH) -> str:
     """Return ``value`` if it is a storable name, else raise :class:`PayloadError`.

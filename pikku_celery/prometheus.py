@@ -17,9 +17,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from .engine.observe import EngineObserver
 from .engine.sweep import SweepReport
-from .store.model import RunState, StepOutcome, StepState
+from .model.values import RunState, StepOutcome, StepState
 
-SWEEP_REASONS = ("requeued_lapsed", "expired", "resent", "due", "idle")
+SWEEP_REASONS = ("requeued_lapsed", "expired", "resent", "due", "idle", "admitted", "overdue")
 """The sweep's wake-ups, as :class:`~pikku_celery.engine.sweep.SweepReport` counts them."""
 
 

@@ -55,10 +55,10 @@ from opentelemetry.context import Context as OtelContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.trace.status import Status, StatusCode
 
-from . import __version__
 from .engine.observe import AttemptWatch, Carrier, EngineObserver, RunStart, run_trace
 from .engine.sweep import SweepReport
-from .store.model import RunState, StepOutcome, StepState
+from .model.values import RunState, StepOutcome, StepState
+from .version import __version__
 
 if TYPE_CHECKING:
     from .engine.core import WorkflowEngine
@@ -190,7 +190,15 @@ class TracingObserver(EngineObserver):
         span = _sweep_span.get()
         if span is None:
             return
-        for reason in ("requeued_lapsed", "expired", "resent", "due", "idle"):
+        for reason in (
+            "requeued_lapsed",
+            "expired",
+            "resent",
+            "due",
+            "idle",
+            "admitted",
+            "overdue",
+        ):
             span.set_attribute(f"pikku.sweep.{reason}", getattr(report, reason))
         span.set_attribute("pikku.sweep.skipped", report.skipped)
 

@@ -14,8 +14,8 @@ from tests.helpers import in_process_worker
 from tests.services import (
     MYSQL_ADMIN_URL,
     PG_ADMIN_URL,
-    REDIS_URL,
     SESSION_TAG,
+    reachable_redis,
     scratch_database,
     unavailable,
 )
@@ -27,7 +27,7 @@ from tests.throwaway import (
     throwaway_redis,
 )
 
-pytest_plugins = ("celery.contrib.pytest", "tests.pg_connection_cap")
+pytest_plugins = ("celery.contrib.pytest", "tests.pg_connection_cap", "tests.pgbouncer")
 
 
 @pytest.fixture
@@ -89,11 +89,7 @@ def sqlite_engine(sqlite_url: str) -> Iterator[sa.Engine]:
 
 @pytest.fixture(scope="session")
 def redis_client() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except Exception as exc:
-        unavailable("redis", exc)
+    _, client = reachable_redis()
     yield client
     for key in client.scan_iter(match=f"*{SESSION_TAG}*", count=1000):
         client.delete(key)

@@ -1,13 +1,24 @@
-"""Test helpers: poll with a deadline instead of sleeping."""
+"""Test helpers: poll with a deadline instead of sleeping; the long forms' switch."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import pytest
+
 T = TypeVar("T")
+
+LONG = os.environ.get("PIKKU_LONG") == "1"
+"""``PIKKU_LONG=1``: run the long forms too (minutes each; see docs/guide/testing.md)."""
+
+
+def long_form(what: str) -> pytest.MarkDecorator:
+    """Skip unless ``PIKKU_LONG=1``, saying what the long form does."""
+    return pytest.mark.skipif(not LONG, reason=f"the long form ({what}): set PIKKU_LONG=1")
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01) -> T:

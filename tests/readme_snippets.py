@@ -66,6 +66,11 @@ BLOCKS = {
     "embedded_broker": 'broker="sqlite-queue:///broker.db"',
     "closing": "pikku.close()  # idempotent",
     "outage": "except StoreUnavailableError:",
+    "pooler": 'pooler="transaction")',
+    "events": 'ctx.set_event("progress", {"packed": 0',
+    "concurrency": "concurrency=Concurrency(key=customer_of",
+    "schedules": "@pikku.schedule(",
+    "continue_as_new": "ctx.continue_as_new(",
 }
 
 Namespace = dict[str, Any]
@@ -533,6 +538,32 @@ def scenario_canvas(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     }
 
 
+def scenario_schedules(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The schedules block on the tutorial's app: both schedules defined, the
+    beat entry installed; a tick five minutes ago (as if the last pass had
+    seen the one before) starts its run, which completes on a worker."""
+    from pikku_celery.schedule import ScheduleState
+
+    namespace = tutorial(blocks, scratch)
+    run_block(blocks["schedules"], "schedules", namespace)
+    pikku = namespace["pikku"]
+    prices = pikku.schedules["prices"]
+    now = pikku.store.now_ms()
+    tick = prices.spec.latest(now)
+    before = ScheduleState("prices", "prices", "", tick - 300_000, tick, None, now)
+    pikku.schedule_store.note_tick(before)
+    started = pikku.run_schedules().started
+    with worker(namespace):
+        outputs = [pikku.handle(run_id).wait(timeout=30) for _, _, run_id in started]
+    return {
+        "schedules": sorted(pikku.schedules),
+        "beat": namespace["app"].conf.beat_schedule["pikku-schedules"]["task"],
+        "nightly": pikku.schedules["nightly-check"].overlap.value,
+        "started": [(name, t == tick) for name, t, _ in started],
+        "outputs": outputs,
+    }
+
+
 PLUGIN = "pikku_celery.testing.pytest_plugin"
 
 
@@ -659,6 +690,66 @@ def scenario_outage(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
     return {"started": "handle" in namespace, "waited": time.monotonic() - began}
 
 
+def scenario_pooler(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The PgBouncer page's app (on memory://): built without connecting, its
+    store and engine set up for transaction pooling."""
+    from pikku_celery.sql.pooler import prepares_nothing
+
+    source = substitute(blocks["pooler"], {'"redis://127.0.0.1:6379/0"': '"memory://"'})
+    namespace: Namespace = {"__name__": "readme"}
+    run_block(source, "pooler", namespace)
+    pikku = namespace["pikku"]
+    return {"pooler": pikku.store.pooler, "prepares_nothing": prepares_nothing(pikku.sql_engine)}
+
+
+def scenario_events(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The progress events block on the tutorial's app and worker; what it printed."""
+    namespace = tutorial(blocks, scratch)
+    printed = io.StringIO()
+    with worker(namespace), contextlib.redirect_stdout(printed):
+        run_block(blocks["events"], "events", namespace)
+    packing = namespace["packing"]
+    return {
+        "printed": printed.getvalue().splitlines(),
+        "run": run_report(packing),
+        "events": [[e.key, e.number, e.value] for e in packing.events()],
+    }
+
+
+def scenario_concurrency(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The concurrency page's block on the tutorial: two runs on one key, the
+    second queued until the first ended."""
+    namespace = tutorial(blocks, scratch)
+    printed = io.StringIO()
+    with worker(namespace), contextlib.redirect_stdout(printed):
+        run_block(blocks["concurrency"], "concurrency", namespace)
+    first, second = namespace["first"], namespace["second"]
+    (ran,) = first.steps()
+    (waited,) = second.steps()
+    return {
+        "printed": printed.getvalue().strip(),
+        "statuses": [str(first.status()), str(second.status())],
+        "in_turn": ran.attempts[-1].finished_at <= waited.attempts[0].started_at,
+    }
+
+
+def scenario_continue_as_new(blocks: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """The continue_as_new block on the tutorial's app and worker: the chain
+    it made, from its first run."""
+    namespace = tutorial(blocks, scratch)
+    printed = io.StringIO()
+    with worker(namespace), contextlib.redirect_stdout(printed):
+        run_block(blocks["continue_as_new"], "continue_as_new", namespace)
+    first = namespace["batches"]
+    chain = [first]
+    while (successor := chain[-1].successor()) is not None:
+        chain.append(successor)
+    return {
+        "printed": printed.getvalue().splitlines(),
+        "chain": [run_report(run) for run in chain],
+    }
+
+
 SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tutorial": scenario_tutorial,
     "handles": scenario_handles,
@@ -671,11 +762,16 @@ SCENARIOS: dict[str, Callable[[dict[str, str], Path], dict[str, Any]]] = {
     "tracing": scenario_tracing,
     "versioning": scenario_versioning,
     "canvas": scenario_canvas,
+    "schedules": scenario_schedules,
     "pytest_celery": scenario_pytest_celery,
     "leases": scenario_leases,
     "embedded_broker": scenario_embedded_broker,
     "closing": scenario_closing,
     "outage": scenario_outage,
+    "pooler": scenario_pooler,
+    "events": scenario_events,
+    "concurrency": scenario_concurrency,
+    "continue_as_new": scenario_continue_as_new,
 }
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import redis
 import sqlalchemy as sa
 
 from tests.helpers import wait_until
@@ -44,6 +45,19 @@ def unavailable(service: str, exc: BaseException) -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(msg, pytrace=False)
     pytest.skip(msg)
+
+
+def reachable_redis(db: int | None = None) -> tuple[str, redis.Redis]:
+    """The shared Redis's URL (on database ``db``, else the suite's) and a
+    client that answered a ping; skip (fail in CI) when it does not."""
+    url = REDIS_URL if db is None else REDIS_URL.rsplit("/", 1)[0] + f"/{db}"
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except Exception as exc:
+        client.close()
+        unavailable("redis", exc)
+    return url, client
 
 
 @contextmanager

@@ -25,11 +25,12 @@ import click
 
 import pikku_celery
 from pikku_celery.engine.dispatcher import Dispatcher
-from pikku_celery.lease.base import LeaseService
-from pikku_celery.store.base import WorkflowStore
+from pikku_celery.model.slots import ConcurrencySlots
+from pikku_celery.ports.lease import LeaseService
+from pikku_celery.ports.store import WorkflowStore
 
 PACKAGE = "pikku_celery"
-PROTOCOLS: tuple[type, ...] = (WorkflowStore, LeaseService, Dispatcher)
+PROTOCOLS: tuple[type, ...] = (WorkflowStore, LeaseService, Dispatcher, ConcurrencySlots)
 
 
 def public_modules() -> tuple[list[types.ModuleType], list[str]]:
@@ -74,13 +75,23 @@ def protocol_methods(protocol: type) -> set[str]:
 
 
 def implemented_protocols(cls: type) -> list[type]:
-    """The pikku_celery protocols ``cls`` provides every method of."""
+    """The pikku_celery protocols ``cls`` provides every method of, or, for a
+    part of an adapter (a mixin such as the SQL store's sweep), those a class
+    built on it provides: its methods are that class's implementation."""
+    composed = [cls, *_subclasses(cls)]
     return [
         p
         for p in PROTOCOLS
         if p not in cls.__mro__
-        and all(callable(getattr(cls, n, None)) for n in protocol_methods(p))
+        and any(all(callable(getattr(c, n, None)) for n in protocol_methods(p)) for c in composed)
     ]
+
+
+def _subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
 
 
 def member_doc(cls: type, name: str, member: Any) -> str:

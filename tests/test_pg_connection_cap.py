@@ -34,7 +34,9 @@ def test_holds_four_connections():
 
 def _session(tmp_path: Path, cap: int) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_holder.py").write_text(HOLDER)
-    env = {k: v for k, v in os.environ.items() if k != ACTIVE_ENV}  # a session of its own
+    # A session of its own: its own sampler and its own application_name, so
+    # the outer session's connections (a busy suite's workers) are not counted.
+    env = {k: v for k, v in os.environ.items() if k not in (ACTIVE_ENV, "PGAPPNAME")}
     env[CAP_ENV] = str(cap)
     env["PYTHONPATH"] = str(ROOT)
     plugin = ["-p", "tests.pg_connection_cap", "--rootdir", str(tmp_path)]

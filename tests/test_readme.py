@@ -51,7 +51,7 @@ def test_the_readme_s_short_example_is_the_tested_tutorial() -> None:
     """The front page shows the tutorial and its start, as the docs do (the
     copies cannot differ: :func:`named_blocks` refuses that)."""
     readme = named_blocks([(where, b) for where, b in all_blocks() if where == "README.md"])
-    assert sorted(readme) == ["start", "tutorial"]
+    assert sorted(readme) == ["schedules", "start", "tutorial"]
 
 
 def test_copies_of_a_snippet_that_differ_are_refused() -> None:
@@ -233,3 +233,44 @@ def test_the_pytest_celery_section_runs_under_pytest(tmp_path: Path) -> None:
     # Once per broker of pytest-celery's matrix (Redis, RabbitMQ), on real workers.
     assert report["returncode"] == 0, report["output"]
     assert "2 passed" in report["output"]
+
+
+def test_the_pgbouncer_block_sets_transaction_pooling_up(tmp_path: Path) -> None:
+    report = run_scenario("pooler", tmp_path)
+    assert report == {"pooler": "transaction", "prepares_nothing": True}
+
+
+def test_the_progress_events_block_sets_and_reads_its_events(tmp_path: Path) -> None:
+    report = run_scenario("events", tmp_path)
+    assert report["run"]["status"] == "completed"
+    assert [e[2] for e in report["events"]] == [{"packed": i, "of": 3} for i in range(4)]
+    first, every = report["printed"]
+    assert "'of': 3" in first  # the latest value when it asked, whichever that was
+    assert every == str([{"packed": i, "of": 3} for i in range(4)])
+
+
+def test_the_concurrency_block_runs_its_two_runs_in_turn(tmp_path: Path) -> None:
+    report = run_scenario("concurrency", tmp_path)
+    assert report == {
+        "printed": "None None",  # the tutorial's tasks are stubs
+        "statuses": ["completed", "completed"],
+        "in_turn": True,
+    }
+
+
+def test_the_schedules_block_defines_both_and_a_tick_starts_its_run(tmp_path: Path) -> None:
+    report = run_scenario("schedules", tmp_path)
+    assert report["schedules"] == ["nightly-check", "prices"]
+    assert report["beat"] == "pikku.schedules"
+    assert report["nightly"] == "cancel_previous"
+    assert report["started"] == [["prices", True]]
+    assert report["outputs"] == [None]  # the snippet's task is a stub
+
+
+def test_the_continue_as_new_block_makes_a_chain_its_wait_follows(tmp_path: Path) -> None:
+    report = run_scenario("continue_as_new", tmp_path)
+    chain = report["chain"]
+    assert [run["status"] for run in chain] == ["completed"] * 3
+    assert [len(run["steps"]) for run in chain] == [10, 10, 5]  # a fresh history each
+    assert [run["output"] for run in chain] == [None, None, 25]
+    assert report["printed"] == ["25", chain[1]["run_id"]]

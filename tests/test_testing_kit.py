@@ -7,14 +7,15 @@ opened a connection, the test would fail on it.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from celery import Celery
 from pikku_celery import Context, Pikku, RunStatus, WorkflowFailedError, WorkflowTimeoutError
 from pikku_celery.celery.dispatcher import CeleryDispatcher
 from pikku_celery.celery.step_body import attempt_task_id
+from pikku_celery.engine.core import WorkflowEngine
+from pikku_celery.engine.limits import Limits
 from pikku_celery.testing import (
     InlineDispatcher,
     SentTask,
@@ -357,20 +360,23 @@ def test_run_until_waiting_for_a_signal_never_awaited(kit: Kit, env: WorkflowTes
 # --- the engine's own adapters, and no broker --------------------------------------------
 
 
-def test_the_real_store_and_dispatcher_are_back_after_the_with(kit: Kit) -> None:
+def test_your_engine_keeps_its_own_adapters_and_reaches_the_envs_engine(kit: Kit) -> None:
     pikku = kit.pikku
     real = (pikku.store, pikku.leases, pikku.dispatcher, pikku.keeper)
     assert "send_task" not in kit.app.__dict__
     with workflow_test_env(pikku) as env:
-        assert (pikku.store, pikku.leases, pikku.dispatcher, pikku.keeper) == (
-            env.store,
-            env.leases,
-            env.dispatcher,
-            env.keeper,
-        )
-        assert kit.workflows["flaky_once"].start("x").wait()["attempt"] == 2
+        # Nothing that holds your engine's ports (a worker thread) sees them change...
+        assert (pikku.store, pikku.leases, pikku.dispatcher, pikku.keeper) == real
+        # ... while its entry points reach the environment's own engine.
+        assert env.engine is not pikku
+        assert (env.engine.store, env.engine.dispatcher) == (env.store, env.dispatcher)
+        assert env.engine.registry is pikku.registry
+        handle = kit.workflows["flaky_once"].start("x")
+        assert handle.wait()["attempt"] == 2
+        assert pikku.handle(handle.run_id).state().status == RunStatus.COMPLETED
     assert (pikku.store, pikku.leases, pikku.dispatcher, pikku.keeper) == real
     assert isinstance(pikku.dispatcher, CeleryDispatcher)
+    assert pikku.start.__self__ is pikku
     assert "send_task" not in kit.app.__dict__
     assert not env.active
     assert [r.workflow for r in env.runs()] == ["kit.flaky_once"]  # still readable
@@ -378,24 +384,63 @@ def test_the_real_store_and_dispatcher_are_back_after_the_with(kit: Kit) -> None
         env.run_until_idle()
 
 
+def test_the_envs_engine_has_your_engines_options() -> None:
+    app = Celery("kit-options", broker=NO_BROKER, set_as_current=False)
+    chosen: dict[str, Any] = {
+        "orchestration_queue": "flows",
+        "run_lease_ttl": 31.0,
+        "sweep_lease_ttl": 61.0,
+        "sweep_backoff": 6.0,
+        "message_grace": 32.0,
+        "idle_after": 62.0,
+        "max_input_bytes": 1234,
+        "outcome_retry": 63.0,
+        "outage_timeout": 3.0,
+        "sweep_max_backoff": 301.0,
+        "eager_steps": False,
+        "eager_max_steps": 7,
+        "eager_max_seconds": 1.5,
+        "max_lease": 600.0,
+        "max_steps_per_run": 99,
+        "max_child_depth": 3,
+    }
+    pikku = Pikku(app, NO_DATABASE, install_beat=False, retention=timedelta(days=2), **chosen)
+    # Every option the engine takes is chosen above: a new one must be carried too.
+    taken = set(inspect.signature(WorkflowEngine.__init__).parameters)
+    limits = {f.name for f in fields(Limits)}
+    assert taken - {"self", "store", "leases", "dispatcher", "worker_id"} - limits <= set(chosen)
+    env = workflow_test_env(pikku)
+    own = env.engine
+    for name, value in chosen.items():
+        if name in limits:
+            assert getattr(own.limits, name) == value, name
+        else:
+            assert getattr(own, name) == value, name
+    assert own.limits == pikku.limits
+    assert own.retention == timedelta(days=2)
+    assert own.worker_id == pikku.worker_id
+    assert own.observers is pikku.observers
+
+
 def test_restored_after_an_error_too(kit: Kit) -> None:
-    real = kit.pikku.store
-    with pytest.raises(ZeroDivisionError), workflow_test_env(kit.pikku):
+    with pytest.raises(ZeroDivisionError), workflow_test_env(kit.pikku) as env:
+        assert kit.pikku.send_signal.__self__ is env.engine
         _ = 1 / 0
-    assert kit.pikku.store is real
+    assert kit.pikku.send_signal.__self__ is kit.pikku
+    assert not env.active
 
 
 def test_the_class_is_the_same_context_manager(kit: Kit) -> None:
     with WorkflowTestEnv(kit.pikku, max_messages=100) as env:
-        assert kit.pikku.store is env.store
+        assert kit.pikku.start.__self__ is env.engine
         assert kit.workflows["sleepy"].start(5).wait() == env.now.isoformat()  # after the 5 s
-    assert kit.pikku.store is not env.store
+    assert kit.pikku.start.__self__ is kit.pikku
 
 
 def test_environments_do_not_nest_on_one_engine(kit: Kit, env: WorkflowTestEnv) -> None:
     with pytest.raises(RuntimeError, match="already inside a workflow_test_env"):
         workflow_test_env(kit.pikku).__enter__()
-    assert kit.pikku.store is env.store
+    assert kit.pikku.start.__self__ is env.engine
 
 
 def test_no_message_reaches_the_broker(kit: Kit, env: WorkflowTestEnv) -> None:

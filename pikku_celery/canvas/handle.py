@@ -8,8 +8,13 @@ from typing import TYPE_CHECKING, Any
 from ..engine.handle import RunHandle
 from ..engine.outage import ride_out
 from ..errors import WorkflowFailedError
-from ..store.model import step_id_for
-from .tasks import rebuild_exception
+from ..model.values import StepState, step_id_for
+from ..ports.store import WorkflowStore
+from .plan import result_node
+from .rebuild import rebuild_exception
+from .result import DurableResult
+from .slices import SUFFIX as SLICE_SUFFIX
+from .wire import decoded
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku
@@ -17,6 +22,20 @@ if TYPE_CHECKING:
 _NODE_FAILED = re.compile(
     r"step '(?P<step>[^']+)' failed: (?P<type>[^:\s]+): (?P<message>.*)", re.S
 )
+
+
+def _node_step(store: WorkflowStore, run_id: str, name: str) -> StepState | None:
+    """The step of the node at path ``name``: in the run, or in one of its
+    slices' child runs (a large group's members run there)."""
+    step = store.get_step(step_id_for(run_id, name))
+    if step is not None:
+        return step
+    for part in store.get_steps(run_id):
+        if SLICE_SUFFIX in part.name and part.child_run_id is not None:
+            step = _node_step(store, part.child_run_id, name)
+            if step is not None:
+                return step
+    return None
 
 
 class CanvasRun(RunHandle[Any]):
@@ -31,15 +50,29 @@ class CanvasRun(RunHandle[Any]):
 
     engine: Pikku
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def async_result(self) -> DurableResult:
+        """This run as a Celery ``AsyncResult`` (``get``, ``state``,
+        ``ready``, ...): see :class:`DurableResult` for its ``id``."""
+        plan = self.state().input
+        root = plan.get("root") if isinstance(plan, dict) else None
+        found = result_node(root) if isinstance(root, dict) else None
+        if found is None:
+            return DurableResult(self)
+        node, path = found
+        chosen = node.get("id")
+        if not isinstance(chosen, str):
+            chosen = step_id_for(self.run_id, path)  # the node's task id
+        return DurableResult(self, chosen)
+
+    def wait(self, timeout: float | None = None, *, follow: bool = True) -> Any:
         try:
-            return super().wait(timeout)
+            return decoded(super().wait(timeout, follow=follow))
         except WorkflowFailedError as failed:
             raise self.task_error(failed) from failed
 
-    def result(self) -> Any:
+    def result(self, *, follow: bool = True) -> Any:
         try:
-            return super().result()
+            return decoded(super().result(follow=follow))
         except WorkflowFailedError as failed:
             raise self.task_error(failed) from failed
 
@@ -50,10 +83,14 @@ class CanvasRun(RunHandle[Any]):
         found = _NODE_FAILED.fullmatch(str(error.get("message", "")))
         if error.get("type") != "StepFailedError" or found is None:
             return failed
-        step_id = step_id_for(self.run_id, found["step"])
         step = ride_out(
-            self.engine, lambda: self.engine.store.get_step(step_id), f"reading step {step_id}"
+            self.engine,
+            lambda: _node_step(self.engine.store, self.run_id, found["step"]),
+            f"reading step {found['step']} of run {self.run_id}",
         )
         task_name = step.task_name if step is not None else None
         error = {"type": found["type"], "message": found["message"]}
+        recorded = step.error if step is not None else None
+        if recorded and recorded.get("type") == found["type"] and "args" in recorded:
+            error["args"] = recorded["args"]  # rebuilt with all its arguments
         return rebuild_exception(self.engine.app, task_name, error)

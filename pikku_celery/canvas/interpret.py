@@ -14,11 +14,17 @@ import contextlib
 from typing import Any
 
 from ..engine.context import Context, StepHandle, Suspend
+from ..engine.replacement import SUFFIX as REPLACED_SUFFIX
 from ..errors import CorruptValueError, StepFailedError
-from ..store.model import JSON
+from ..model.values import JSON, step_id_for
+from .added import SUFFIX as ADDED_SUFFIX
+from .added import additions
 from .evaluate import PENDING, Done, Evaluator, Failed, Outcome
-from .names import COUNTDOWN, ERRBACK_TASK, ROOT
+from .lineage import CALLER, Lineage
+from .names import COUNTDOWN, ERRBACK_TASK, FAIL_UNRUN_TASK, ROOT, WORKFLOW
 from .plan import PLAN_VERSION, TAKEOVERS, Node
+from .slices import SUFFIX as SLICE_SUFFIX
+from .slices import joined_slices, slice_outcome, slice_plans
 
 
 def run_canvas(ctx: Context, plan: dict[str, Any]) -> JSON:
@@ -27,10 +33,15 @@ def run_canvas(ctx: Context, plan: dict[str, Any]) -> JSON:
         raise CorruptValueError(
             f"run {ctx.run_id}: its input is not a version {PLAN_VERSION} canvas plan"
         )
-    driver = _StepDriver(ctx)
+    # A slice of a large group (:mod:`.slices`) runs under the group's path,
+    # fed what the group is fed, its task ids those of the canvas's own run.
+    driver = _StepDriver(ctx, str(plan.get("ids") or ctx.run_id))
     driver.reach_recorded()
     walk = Evaluator(driver)
-    outcome = walk.run(plan["root"], ROOT, None)
+    lineage = plan.get("lineage") or CALLER
+    outcome = walk.run(
+        plan["root"], str(plan.get("path") or ROOT), plan.get("prepend"), tuple(lineage)
+    )
     if walk.busy or isinstance(outcome, type(PENDING)):
         raise Suspend
     if isinstance(outcome, Failed):
@@ -46,15 +57,19 @@ def run_canvas(ctx: Context, plan: dict[str, Any]) -> JSON:
 
 
 class _StepDriver:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, ids: str) -> None:
         self.ctx = ctx
+        self.ids = ids
         self.reached: set[str] = set()
+        self.added: dict[str, list[Any]] = {}
 
     def reach_recorded(self) -> None:
         """Reach every recorded step again, in order (timers that are due resolve)."""
         for name in self.ctx.recorded_names():
             self.reached.add(name)
-            if name.endswith(COUNTDOWN):
+            if name.endswith(REPLACED_SUFFIX) or ADDED_SUFFIX in name or SLICE_SUFFIX in name:
+                self.ctx.child_async(name, WORKFLOW)  # a task's replacement (self.replace)
+            elif name.endswith(COUNTDOWN):
                 with contextlib.suppress(Suspend):  # a timer not yet due waits
                     self.ctx.sleep(name, 0)
             else:
@@ -68,12 +83,48 @@ class _StepDriver:
         if isinstance(value, StepFailedError):
             error = {"type": value.error_type, "message": value.message}
             return Failed(name, {**error, "traceback": value.traceback})
+        value, plans = additions(value)
+        if plans:
+            self.added[name] = plans
         return Done(value)
 
-    def step_id(self, path: str) -> str:
-        return self.ctx.idempotency_key(path)
+    def added_to_chord(self, path: str) -> list[Outcome]:
+        """The outcomes of what the task at ``path`` added to its chord
+        (``self.add_to_chord``), each a child canvas run."""
+        outcomes: list[Outcome] = []
+        for k, plan in enumerate(self.added.get(path, [])):
+            name = f"{path}{ADDED_SUFFIX}{k}"
+            if name not in self.reached:
+                self.reached.add(name)
+                self.ctx.child_async(name, WORKFLOW, plan)
+            outcomes.append(self.state(name))
+        return outcomes
 
-    def task(self, path: str, node: Node, args: list[Any], kwargs: dict[str, Any]) -> Outcome:
+    def additions_outside_a_chord(self, path: str) -> bool:
+        """Whether the task at ``path`` called ``add_to_chord`` (it was no header member)."""
+        return bool(self.added.get(path))
+
+    def slices(self, node: Node, path: str, prepend: list[Any] | None, lineage: Lineage) -> Outcome:
+        outcomes: list[Outcome] = []
+        for k, plan in enumerate(slice_plans(node, path, prepend, self.ids, lineage)):
+            name = f"{path}{SLICE_SUFFIX}{k}"
+            if name not in self.reached:
+                self.reached.add(name)
+                self.ctx.child_async(name, WORKFLOW, plan)
+            outcomes.append(slice_outcome(self.state(name)))
+        return joined_slices(outcomes)
+
+    def step_id(self, path: str) -> str:
+        return step_id_for(self.ids, path)
+
+    def task(
+        self,
+        path: str,
+        node: Node,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        extras: dict[str, Any],
+    ) -> Outcome:
         countdown = node.get("countdown")
         if countdown:
             timer = path + COUNTDOWN
@@ -101,8 +152,19 @@ class _StepDriver:
             exchange=route.get("exchange"),
             routing_key=route.get("routing_key"),
             priority=route.get("priority"),
+            task_id=node.get("id") or self.step_id(path),
+            time_limits=(route.get("time_limit"), route.get("soft_time_limit")),
+            delayed=bool(countdown),
+            extras=extras,
         )
         return PENDING
+
+    def fail_unrun(self, path: str, ids: list[str], failed: Failed) -> bool:
+        if path in self.reached:
+            return not isinstance(self.state(path), type(PENDING))
+        self.reached.add(path)
+        self.ctx.task_async(path, FAIL_UNRUN_TASK, [ids, failed.error], {}, retries=TAKEOVERS)
+        return False
 
     def errback(self, path: str, errback: Node, failed: Failed, request: dict[str, Any]) -> bool:
         if path in self.reached:

@@ -13,3 +13,7 @@ COUNTDOWN = ".countdown"
 
 ERRBACK_TASK = "pikku_canvas.errback"
 """pikku's task that calls a new-style errback ``(request, exc, traceback)``."""
+
+FAIL_UNRUN_TASK = "pikku_canvas.fail_unrun"
+"""pikku's task that marks the result ids of canvas nodes that will never run
+(after a chord's header failed) failed, as Celery's result backend does."""

@@ -23,7 +23,7 @@ def canvas_rows(plan: Any) -> list[dict[str, Any]] | None:
     if not isinstance(plan, dict) or not isinstance(plan.get("root"), dict):
         return None
     rows = []
-    for path, node, depth, role in _walk(plan["root"], ROOT, 0, ""):
+    for path, node, depth, role in _walk(plan["root"], str(plan.get("path") or ROOT), 0, ""):
         kind = node.get("t", "link_error")
         rows.append(
             {
@@ -49,8 +49,11 @@ def _walk(node: Node, path: str, depth: int, role: str) -> Any:
     yield path, node, depth, role
     kind = node.get("t")
     if kind in ("chain", "group"):
+        # A large group's slice (its own run) numbers its members as the group does.
+        first, member = int(node.get("first", 0)), node.get("member", "")
+        role = "header" if member == "h" else ""
         for i, item in enumerate(node["items"]):
-            yield from _walk(item, f"{path}.{i}", depth + 1, "")
+            yield from _walk(item, f"{path}.{member}{first + i}", depth + 1, role)
         for i, errback in enumerate(node.get("errbacks", [])):
             yield f"{path}.err{i}", errback, depth + 1, "link_error"
     elif kind == "chord":

@@ -1,21 +1,21 @@
-"""What ``Pikku`` registers for durable canvas: the ``pikku.canvas`` workflow
-and the task that calls a new-style errback."""
+"""What ``Pikku`` registers for durable canvas: the ``pikku.canvas`` workflow,
+the task that calls a new-style errback and the one that marks never-run
+nodes' results failed."""
 
 from __future__ import annotations
 
-import ast
-import builtins
-import contextlib
 import logging
-import sys
 from typing import TYPE_CHECKING, Any
 
-import celery.exceptions
-from celery import Celery
+from celery import states
 from celery.app.task import Context as Request
+from celery.backends.base import DisabledBackend
 
+from .backend import ResultBackendWriter
 from .interpret import run_canvas
-from .names import ERRBACK_TASK, WORKFLOW
+from .names import ERRBACK_TASK, FAIL_UNRUN_TASK, WORKFLOW
+from .rebuild import rebuild_exception
+from .replace import install_replace
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 def install(pikku: Pikku) -> None:
     """Register the canvas workflow and the errback task on ``pikku``'s app."""
+    install_replace()
+    pikku.observers.add(ResultBackendWriter(pikku.app))
     canvas = pikku.workflow(run_canvas, name=WORKFLOW)
     canvas.by_name_refusal = (
         "its input names the tasks to run, so it is started by pikku.durable(canvas), "
@@ -53,31 +55,14 @@ def install(pikku: Pikku) -> None:
 
     app.task(name=ERRBACK_TASK, shared=False, serializer="json")(call_errback)
 
+    def fail_unrun(ids: list[str], error: dict[str, Any]) -> None:
+        """Mark each id failed with ``error`` in the result backend, as
+        Celery marks a chord's body (and the chain after it) whose header
+        failed: what waits on those results ends."""
+        if isinstance(app.backend, DisabledBackend):
+            return
+        exc = rebuild_exception(app, None, error)
+        for task_id in ids:
+            app.backend.store_result(task_id, exc, states.FAILURE, traceback=None)
 
-def rebuild_exception(app: Celery, task_name: str | None, error: dict[str, Any]) -> BaseException:
-    """The failed task's exception, made again from its recorded type and
-    message, as Celery's result backend rebuilds it: the class is looked up
-    among the builtins, Celery's exceptions and the task's own module (never
-    imported for this); a type not found comes back as an ``Exception`` of
-    that name."""
-    name = str(error.get("type", "Exception"))
-    message = str(error.get("message", ""))
-    if name == "KeyError" and message[:1] in ("'", '"'):
-        # str(KeyError(key)) is the key's repr: the key is what it was made with.
-        with contextlib.suppress(ValueError, SyntaxError):
-            message = str(ast.literal_eval(message))
-    places: list[Any] = [builtins, celery.exceptions]
-    task = app.tasks.get(task_name or "")
-    module = sys.modules.get(getattr(getattr(task, "run", None), "__module__", "") or "")
-    if module is not None:
-        places.append(module)
-    for place in places:
-        cls = getattr(place, name, None)
-        if isinstance(cls, type) and issubclass(cls, Exception):
-            try:
-                rebuilt: BaseException = cls(message)
-            except Exception:
-                break
-            return rebuilt
-    unknown: type[Exception] = type(name, (Exception,), {"__module__": "pikku_celery.canvas"})
-    return unknown(message)
+    app.task(name=FAIL_UNRUN_TASK, shared=False, serializer="json")(fail_unrun)

@@ -9,11 +9,13 @@ from typing import Any
 from celery import Celery
 
 from ..engine.observe import run_trace
+from ..engine.task_id import TIME_LIMITS
 from ..errors import UnknownTaskError
-from ..store.model import StepState
+from ..model.values import StepState
 from .inprocess import InProcessDelivery
 from .messages import TRACE_HEADER
 from .queues import QueueLeases
+from .request_extras import message_options
 from .routes import ROUTING_OPTIONS, routed_queue
 from .step_body import CeleryStepBody
 from .worker_process import WorkerProcess
@@ -21,6 +23,7 @@ from .worker_process import WorkerProcess
 RUN_STEP = "pikku.run_step"
 ORCHESTRATE = "pikku.orchestrate"
 SWEEP = "pikku.sweep"
+SCHEDULES = "pikku.schedules"
 
 
 def rate_limited_run_step(task_name: str) -> str:
@@ -88,10 +91,13 @@ class CeleryDispatcher:
         task = self.app.tasks.get(task_name)
         if task is None or task_name.startswith("pikku."):
             return None
-        # Celery enforces these per message: such a step travels as one. A
-        # time limit set for every task would cover the carrying message's
-        # whole call, every eager step in it: then every step travels.
-        if task.rate_limit or task.time_limit is not None or task.soft_time_limit is not None:
+        # Celery enforces a rate limit per message: such a step travels as
+        # one. A task's own time limits are enforced in process for an eager
+        # step (pikku_celery.engine.interrupt), unless the carrying message
+        # has a time limit: Celery's timer covers its whole call, every
+        # eager step in it. So does a time limit set for every task: then
+        # every step travels.
+        if task.rate_limit or carrier.under_message_limit():
             return None
         conf = self.app.conf
         if conf.task_time_limit is not None or conf.task_soft_time_limit is not None:
@@ -110,6 +116,10 @@ class CeleryDispatcher:
         for key in ("exchange", "routing_key", "priority"):
             if route.get(key) is not None:
                 options[key] = route[key]
+        for key in TIME_LIMITS:  # the step's own, over its task's
+            if (step.route or {}).get(key) is not None:
+                options[key] = step.route[key]  # type: ignore[index]
+        options.update(message_options(step.route))  # its ids and stamps, in its headers
         queue = route.get("queue")
         if queue is None and "exchange" not in options:
             queue = step.queue or self.leases.default_queue()
@@ -125,7 +135,8 @@ class CeleryDispatcher:
         router = self.app.amqp.router
         if router is not self._router:
             self._router, self._routes = router, {}
-        key = (task_name, None if not route else tuple(sorted(route.items())))
+        routing = {k: v for k, v in (route or {}).items() if k in ROUTING_OPTIONS}
+        key = (task_name, tuple(sorted(routing.items())) or None)
         found = self._routes.get(key)
         if found is None:
             task = self.app.tasks.get(task_name)
@@ -134,7 +145,7 @@ class CeleryDispatcher:
                 for name in ROUTING_OPTIONS
                 if (value := getattr(task, name, None)) is not None
             }
-            options.update(route or {})
+            options.update(routing)
             found = self._routes[key] = dict(router.route(options, task_name))
         return found
 

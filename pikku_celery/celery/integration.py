@@ -9,16 +9,17 @@ connections in every worker process after fork.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from celery import Celery, signals
 
-from ..canvas.handle import CanvasRun
-from ..canvas.start import start as start_canvas
-from ..canvas.tasks import install as install_canvas
 from ..engine.core import WorkflowEngine
+from ..engine.handle import RunHandle
 from ..engine.outage import ride_out
+from ..engine.prune import TICK_SECONDS, PruneReport, prune
+from ..engine.resume import release_all
 from ..engine.sweep import SWEEP_MAX_PAGES, SweepReport
 from ..errors import (
     InvalidIdError,
@@ -26,19 +27,24 @@ from ..errors import (
     PikkuError,
     WorkflowStepFunctionMismatchError,
 )
-from ..extras import broker_check_on_worker_start
-from ..lease.base import LeaseService, positive_seconds
 from ..names import check_id
+from ..ports.lease import LeaseService, positive_seconds
+from ..ports.store import WorkflowStore
+from ..schedule.model import Schedule
+from ..schedule.tick import ScheduleReport
 from ..sql.engines import make_engine
-from ..store.base import WorkflowStore
+from ..sql.pooler import Pooler, check_pooler, use_pooler
 from ..store.rules import LEASE_BOUND_FACTOR
+from .broker_check import broker_check_on_worker_start
 from .dispatcher import (
     ORCHESTRATE,
     RUN_STEP,
+    SCHEDULES,
     SWEEP,
     CeleryDispatcher,
     rate_limited_run_step,
 )
+from .extensions import durable_canvas, registered
 from .loading import import_task_modules
 from .messages import (
     InvalidMessageError,
@@ -49,6 +55,7 @@ from .messages import (
 )
 from .outage import redeliver_later
 from .queues import DEFAULT_STEP_LEASE, QueueLease, QueueLeases
+from .retention import checked_retention, install_retention
 from .step_body import CeleryStepBody
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,43 @@ BEAT_ENTRY = "pikku-sweep"
 DEFAULT_SWEEP_INTERVAL = 15.0
 """Seconds between sweeps: with the default step lease (60 s) a dead worker's
 step is taken over within 75 s. A sweep is a few indexed reads, cheap to run."""
+
+SCHEDULES_BEAT_ENTRY = "pikku-schedules"
+DEFAULT_SCHEDULE_INTERVAL = 5.0
+"""Seconds between passes over the schedules: a tick's run starts within this
+of its time. Installed into beat once a schedule is defined."""
+
+
+def _default_ports(
+    sql_engine: sa.Engine | None,
+    store: WorkflowStore | None,
+    lease_service: LeaseService | None,
+    upgrade_command: str | None,
+    durable_claims: bool,
+    pooler: Pooler | None,
+) -> tuple[WorkflowStore, LeaseService]:
+    """The store and lease service given, or the SQL ones on ``sql_engine``
+    (leases in memory when there is no database)."""
+    if store is None:
+        from ..store.sql_for import store_for
+
+        assert sql_engine is not None
+        store = store_for(
+            sql_engine,
+            upgrade_command=upgrade_command,
+            durable_claims=durable_claims,
+            pooler=pooler,
+        )
+    if lease_service is None:
+        if sql_engine is not None:
+            from ..lease.sql import SQLLeaseService
+
+            lease_service = SQLLeaseService(sql_engine)
+        else:
+            from ..lease.memory import InMemoryLeaseService
+
+            lease_service = InMemoryLeaseService()
+    return store, lease_service
 
 
 class Pikku(WorkflowEngine):
@@ -75,7 +119,18 @@ class Pikku(WorkflowEngine):
     ``max_lease`` is the longest lease any worker of the fleet may hold (a
     lease ending further ahead counts as lapsed: an edited row, a clock set
     back); by default twice the longest horizon, never under ``step_lease``.
+    ``retention`` (a ``timedelta``; off by default) is how long a settled run
+    tree is kept: the beat's ``pikku.prune`` deletes older ones every minute.
+
+    ``pooler`` names a connection pooler in front of PostgreSQL:
+    ``"transaction"`` behind PgBouncer's transaction pooling (no prepared
+    statements, ``wait()`` polls instead of listening), ``"session"`` behind
+    session pooling; unset, the store warns when it sees one
+    (:class:`~pikku_celery.errors.PoolerWarning`).
     """
+
+    prune_task: Any
+    """The registered ``pikku.prune`` task (see :mod:`pikku_celery.celery.retention`)."""
 
     def __init__(
         self,
@@ -94,14 +149,21 @@ class Pikku(WorkflowEngine):
         install_beat: bool = True,
         upgrade_command: str | None = None,
         durable_claims: bool = False,
+        pooler: Pooler | None = None,
         metrics: bool = False,
         tracing: bool = False,
+        retention: timedelta | None = None,
+        schedule_interval: float = DEFAULT_SCHEDULE_INTERVAL,
         **options: Any,
     ) -> None:
         if store is None and engine is None and database_url is None:
             raise ValueError("Pikku needs database_url=..., engine=... or store=...")
         # Settings are checked before anything is built: a bad one names itself.
         sweep_interval = positive_seconds(sweep_interval, "sweep_interval")
+        self.retention = checked_retention(retention)
+        """How long settled runs are kept (None: for good); see docs/guide/retention.md."""
+        self.schedule_interval = positive_seconds(schedule_interval, "schedule_interval")
+        """Seconds between beat's passes over the schedules (``pikku-schedules``)."""
         queue_leases_of_app = QueueLeases(app, queue_leases, default_lease, step_lease)
         if max_lease is not None and positive_seconds(max_lease, "max_lease") < step_lease:
             raise ValueError(
@@ -110,22 +172,11 @@ class Pikku(WorkflowEngine):
             )
         self.app = app
         self.sql_engine = engine or (make_engine(database_url) if database_url else None)
-        if store is None:
-            from ..store.sql import SQLWorkflowStore
-
-            assert self.sql_engine is not None
-            store = SQLWorkflowStore(
-                self.sql_engine, upgrade_command=upgrade_command, durable_claims=durable_claims
-            )
-        if lease_service is None:
-            if self.sql_engine is not None:
-                from ..lease.sql import SQLLeaseService
-
-                lease_service = SQLLeaseService(self.sql_engine)
-            else:
-                from ..lease.memory import InMemoryLeaseService
-
-                lease_service = InMemoryLeaseService()
+        if self.sql_engine is not None:
+            use_pooler(self.sql_engine, check_pooler(pooler, self.sql_engine))
+        store, lease_service = _default_ports(
+            self.sql_engine, store, lease_service, upgrade_command, durable_claims, pooler
+        )
         # A worker killed mid-sweep holds the sweep lease until it lapses; the
         # lease is renewed while a sweep runs, so it can be short.
         options.setdefault("sweep_lease_ttl", max(5.0, 2 * sweep_interval))
@@ -140,9 +191,27 @@ class Pikku(WorkflowEngine):
             **options,
         )
         self.sweep_interval = sweep_interval
+        self._install_beat_entries = install_beat
+        if self.sql_engine is not None:
+            from ..schedule.sql import SQLScheduleStore
+
+            self.schedule_store = SQLScheduleStore(self.sql_engine, upgrade_command=upgrade_command)
         # Workflows defined where Celery finds tasks (include=, imports,
         # autodiscover_tasks) are imported at the first name not found.
         self.registry.loader = lambda: import_task_modules(app)
+        self._add_observers(metrics, tracing)
+        _warn_unsafe_serializers(app)
+        self._register_tasks()
+        for extension in registered():  # durable canvas, once imported
+            extension.install(self)
+        install_retention(self, install_beat)
+        if install_beat:
+            self._install_beat()
+        self._connect_signals(app)
+
+    def _add_observers(self, metrics: bool, tracing: bool) -> None:
+        """The observers ``metrics=`` and ``tracing=`` ask for, imported only then
+        (each needs its extra)."""
         if metrics:
             from ..prometheus import PrometheusObserver  # prometheus_client: the web extra
 
@@ -151,14 +220,18 @@ class Pikku(WorkflowEngine):
             from ..tracing import TracingObserver  # opentelemetry-api: the otel extra
 
             self.observers.add(TracingObserver(self))
-        _warn_unsafe_serializers(app)
-        self._register_tasks()
-        install_canvas(self)
-        if install_beat:
-            self._install_beat()
+
+    def _connect_signals(self, app: Celery) -> None:
+        """Hook the worker's life: the broker check at start, connections
+        rebuilt after fork, the store checked when ready, parked bodies released."""
+        self._on_worker_start = broker_check_on_worker_start(app)
         signals.worker_process_init.connect(self._after_fork, weak=False)
         signals.worker_ready.connect(self._check_store, weak=False)
-        signals.celeryd_init.connect(broker_check_on_worker_start(app), weak=False)
+        signals.celeryd_init.connect(self._on_worker_start, weak=False)
+        for shutdown in (signals.worker_shutdown, signals.worker_process_shutdown):
+            # Parked bodies' finally blocks run at shutdown; one handler per
+            # process, whichever Pikku connects it (it holds no Pikku).
+            shutdown.connect(_release_parked, weak=False, dispatch_uid=_RELEASE_UID)
 
     # --- public helpers ------------------------------------------------------
     def lease_for_queue(self, queue: str | None = None) -> QueueLease:
@@ -189,7 +262,7 @@ class Pikku(WorkflowEngine):
         broker's redelivery horizon for it."""
         return self.dispatcher.max_countdown(queue)
 
-    def durable(self, signature: Any, idempotency_key: str | None = None) -> CanvasRun:
+    def durable(self, signature: Any, idempotency_key: str | None = None) -> RunHandle[Any]:
         """Run a Celery canvas (signature, chain, group, chord, nested) durably.
 
         The canvas is checked whole and stored as one run before anything
@@ -197,12 +270,13 @@ class Pikku(WorkflowEngine):
         stored: an unknown task, arguments that are not JSON, an unsupported
         option, a link cycle, a chord with an empty header, a canvas above
         ``max_input_bytes``. See the "Durable canvas" guide (docs/guide/canvas.md).
+        The handle is a :class:`~pikku_celery.CanvasRun`.
         """
-        return start_canvas(self, signature, idempotency_key)
+        return durable_canvas().start(self, signature, idempotency_key)
 
-    def durable_run(self, run_id: str) -> CanvasRun:
-        """The :class:`CanvasRun` handle of a durable canvas's run id."""
-        return CanvasRun(self, self.handle(run_id).run_id)
+    def durable_run(self, run_id: str) -> RunHandle[Any]:
+        """The :class:`~pikku_celery.CanvasRun` handle of a durable canvas's run id."""
+        return durable_canvas().handle(self, run_id)
 
     # --- wiring --------------------------------------------------------------
     def _register_tasks(self) -> None:
@@ -245,6 +319,12 @@ class Pikku(WorkflowEngine):
             report = pikku.sweep()
             return report.__dict__
 
+        @app.task(name=SCHEDULES, shared=False, **common)
+        def schedules() -> dict[str, Any]:
+            """Start every schedule's due ticks, once (see ``Pikku.run_schedules``)."""
+            return pikku.run_schedules().__dict__
+
+        self.schedules_task = schedules
         self.run_step_task = run_step
         self.orchestrate_task = orchestrate
         self.sweep_task = sweep
@@ -322,12 +402,46 @@ class Pikku(WorkflowEngine):
         }
         self.app.conf.beat_schedule = schedule
 
+    def _schedule_defined(self, schedule: Schedule) -> None:
+        """The first schedule installs ``pikku-schedules`` into beat (unless
+        ``install_beat=False``)."""
+        if not self._install_beat_entries:
+            return
+        entries = dict(self.app.conf.beat_schedule or {})
+        if SCHEDULES_BEAT_ENTRY in entries:
+            return
+        entries[SCHEDULES_BEAT_ENTRY] = {
+            "task": SCHEDULES,
+            "schedule": self.schedule_interval,
+            # No expires (see the sweep's): a late pass starts the same ticks.
+            "options": {"serializer": "json"},
+        }
+        self.app.conf.beat_schedule = entries
+
+    def run_schedules(self, grace: float | None = None) -> ScheduleReport:
+        """One pass over the schedules now, the store made ready first (see
+        :meth:`WorkflowEngine.run_schedules`). A tick within two
+        ``schedule_interval`` of now is late, not missed (beat's passes
+        jitter): it starts even with ``catch_up=0``."""
+        self._prepare_store()
+        return super().run_schedules(2 * self.schedule_interval if grace is None else grace)
+
     def sweep(self, limit: int = 200, max_pages: int = SWEEP_MAX_PAGES) -> SweepReport:
         """One sweep now (see :meth:`WorkflowEngine.sweep`). The store is made
         ready first: the sweep's own lease lives in its tables, which on
         SQLite the store creates on first use."""
         self._prepare_store()
         return super().sweep(limit, max_pages)
+
+    def prune(self, time_budget: float | None = TICK_SECONDS) -> PruneReport:
+        """One prune now, as the beat's ``pikku.prune`` does: under the prune
+        lease, settled run trees older than :attr:`retention` go, in batches
+        for at most ``time_budget`` seconds (None: to the end). Without a
+        retention it prunes nothing (``skipped``)."""
+        if self.retention is None:
+            return PruneReport(skipped=True)
+        self._prepare_store()
+        return prune(self, self.retention, time_budget=time_budget)
 
     def _prepare_store(self) -> None:
         from ..store.sql import SQLWorkflowStore
@@ -357,10 +471,26 @@ class Pikku(WorkflowEngine):
             if self.sql_engine is not None:
                 self.sql_engine.dispose(close=True)
 
+    def disconnect_signals(self) -> None:
+        """Stop hearing Celery's worker signals (a pool process starting, the
+        worker ready or starting). For a Pikku dropped in a process that goes
+        on (a test, a script): Celery keeps its handlers, and with them the
+        Pikku, for as long as the process lives."""
+        signals.worker_process_init.disconnect(self._after_fork)
+        signals.worker_ready.disconnect(self._check_store)
+        signals.celeryd_init.disconnect(self._on_worker_start)
+
     def _after_fork(self, **_: Any) -> None:
         # Connections made before fork must not be shared with the parent.
         if self.sql_engine is not None:
             self.sql_engine.dispose(close=False)
+
+
+_RELEASE_UID = "pikku_celery.release_parked_bodies"
+
+
+def _release_parked(**_: Any) -> None:
+    release_all()
 
 
 UNSAFE_CONTENT = {"pickle", "application/x-python-serialize", "yaml", "application/x-yaml"}

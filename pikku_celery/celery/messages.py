@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import PikkuError
-from ..store.model import Delivery
+from ..model.values import Delivery
 
 STEP_FIELDS = ("run_id", "step_id", "attempt", "task_name", "queue")
 TRACE_HEADER = "pikku_trace"

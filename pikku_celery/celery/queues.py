@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..broker.sqlite import DEFAULT_VISIBILITY_TIMEOUT as SQLITE_DEFAULT_VISIBILITY
-from ..lease.base import positive_seconds
+from ..ports.lease import positive_seconds
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from .common import CliState, masked
+from .common import CliState
 from .db import db
+from .errors import masked
+from .events import run_events
 from .ops import leases, signal, sweep
+from .prune import prune_command
 from .runs import runs
+from .schedules import schedules
 from .web import web
 
 __all__ = ["CliState", "main", "masked"]
@@ -45,6 +49,9 @@ main.add_command(signal)
 main.add_command(sweep)
 main.add_command(leases)
 main.add_command(web)
+runs.add_command(prune_command)
+runs.add_command(run_events)
+main.add_command(schedules)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,7 +25,7 @@ from celery import Celery
 
 from ..celery.integration import Pikku
 from ..errors import SchemaMissingError
-from .common import ServiceError, first_line
+from .errors import ServiceError, first_line
 
 SUBMODULES = ("celery", "app")
 

@@ -11,7 +11,7 @@ from rich.tree import Tree
 
 from ..canvas.shape import canvas_rows
 from ..engine.handle import StepHistory
-from ..store.model import RunState
+from ..model.values import RunState
 from .render import STATUS_STYLE
 
 

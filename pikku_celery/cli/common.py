@@ -32,13 +32,14 @@ import sqlalchemy as sa
 from click.core import ParameterSource
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
-from ..engine.core import parse_run_id
+from ..engine.run_ids import parse_run_id
 from ..errors import PikkuError, SchemaMissingError, StoreUnavailableError
-from ..store.model import Operator
+from ..model.values import Operator
+from .errors import ServiceError, first_line, masked, scrub, url_password
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku
-    from ..store.base import WorkflowStore
+    from ..ports.store import WorkflowStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,50 +50,6 @@ if TYPE_CHECKING:
     ParamTypeBase = click.ParamType[Any]
 else:
     ParamTypeBase = click.ParamType
-
-
-class ServiceError(click.ClickException):
-    """A database or broker could not be reached or used: exit code 2."""
-
-    exit_code = 2
-
-
-def masked(url: str | sa.URL) -> str:
-    """``url`` with its password replaced by ``***``."""
-    try:
-        return sa.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return "<unparseable database URL>"
-
-
-def url_password(url: str | sa.URL | None) -> str | None:
-    """The password in a database URL, if any (so it can be scrubbed)."""
-    if not url:
-        return None
-    try:
-        password = sa.make_url(url).password
-    except sa.exc.ArgumentError:
-        return None
-    return str(password) if password else None
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an error: drivers append SQL and hints below it."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret (a database password) replaced by ``***``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def fail(url: str, exc: BaseException) -> ServiceError:
-    """A clean error for a database problem, the password never shown."""
-    return ServiceError(f"{masked(url)}: {scrub(first_line(exc), [url_password(url) or ''])}")
 
 
 NEEDS_APP = "pass -A/--app MODULE[:ATTR] (as with celery -A) or set PIKKU_APP"
@@ -183,7 +140,7 @@ class CliState:
         if self._url_engine is None or self._url_store is None:
             from ..errors import StoreError
             from ..sql.engines import make_engine
-            from ..store.sql import SQLWorkflowStore
+            from ..store.sql_for import store_for
 
             try:  # its errors never quote the URL (parsing's would, password and all)
                 engine = make_engine(url)
@@ -191,7 +148,7 @@ class CliState:
                 raise ServiceError(f"--database-url: {first_line(exc)}") from None
             _refuse_missing_sqlite_file(engine.url)
             self._url_engine = engine
-            self._url_store = SQLWorkflowStore(engine, create_tables=False)
+            self._url_store = store_for(engine, create_tables=False)
             click.get_current_context().call_on_close(self._close_url)
         if self.has_app and self.url_from_env and not self._noted:
             self._noted = True
@@ -251,12 +208,14 @@ def _moved_onto(pikku: Pikku, engine: sa.Engine, store: WorkflowStore) -> Pikku:
     """
     from ..engine.keeper import StepLeaseKeeper
     from ..lease.sql import SQLLeaseService
+    from ..schedule.sql import SQLScheduleStore
 
     moved = copy.copy(pikku)
     moved.sql_engine = engine
     moved.store = store
     moved.leases = SQLLeaseService(engine)
     moved.keeper = StepLeaseKeeper(store)
+    moved.schedule_store = SQLScheduleStore(engine)
     return moved
 
 

@@ -13,7 +13,8 @@ from typing import TypeVar
 import click
 import sqlalchemy as sa
 
-from .common import database_url_option, fail, masked, state
+from .common import database_url_option, state
+from .errors import fail, masked
 
 T = TypeVar("T")
 

@@ -31,7 +31,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..celery.integration import Pikku
-    from ..store.base import WorkflowStore
+    from ..ports.store import WorkflowStore
 
 # Without -A the app's message_grace is unknown: pikku's default stands in.
 DEFAULT_GRACE: float = inspect.signature(WorkflowEngine).parameters["message_grace"].default

@@ -26,8 +26,7 @@ from ..engine.deploy_check import DeployCheck
 from ..engine.handle import StepHistory
 from ..engine.sweep import SweepReport
 from ..engine.versions import HASH_PREFIX
-from ..payload import UnreadableValue
-from ..store.model import (
+from ..model.values import (
     EAGER,
     AttemptStatus,
     AuditEntry,
@@ -36,6 +35,7 @@ from ..store.model import (
     StepState,
     StepStatus,
 )
+from ..payload import UnreadableValue
 from ..web.durations import (
     attempt_duration_ms,
     lease_remaining_ms,
@@ -44,7 +44,7 @@ from ..web.durations import (
     with_next,
 )
 from ..web.shapes import blocked as _blocked
-from ..web.shapes import error_text, waiting_json
+from ..web.shapes import error_text, run_links, waiting_json
 from ..web.shapes import run_summary as run_summary  # re-exported: one run's JSON
 
 STATUS_STYLE = {
@@ -54,6 +54,7 @@ STATUS_STYLE = {
     "scheduled": "cyan",
     "pending": "cyan",
     "suspended": "yellow",
+    "queued": "yellow",
     "superseded": "yellow",
     "cancelled": "magenta",
     "failed": "red",
@@ -158,6 +159,8 @@ def sweep_json(report: SweepReport) -> dict[str, Any]:
         "resent": report.resent,
         "due": report.due,
         "idle": report.idle,
+        "admitted": report.admitted,
+        "overdue": report.overdue,
         "total": report.total,
         "skipped": report.skipped,
     }
@@ -248,10 +251,11 @@ def run_panel(run: RunState, now: int) -> Text:
     ]
     if run.idempotency_key is not None:
         rows.append(("idempotency key", styled(run.idempotency_key)))
-    if run.parent_run_id is not None:
-        rows.append(("parent run", styled(run.parent_run_id)))
+    rows += [(key, styled(linked)) for key, linked in run_links(run)]
     if run.wake_at is not None and not run.status.terminal:
         rows.append(("next wake-up", styled(clock(run.wake_at) + " UTC")))
+    if run.deadline_at is not None:
+        rows.append(("deadline", styled(clock(run.deadline_at) + " UTC")))
     blocked = _blocked(run)
     if blocked is not None:
         rows.append(("blocked", styled(blocked, "red")))
@@ -487,6 +491,8 @@ def sweep_table(report: SweepReport) -> Group:
         ("resent", "messages resent (possibly lost)"),
         ("due", "timers, timeouts and retries due"),
         ("idle", "idle runs woken"),
+        ("admitted", "queued runs given a freed concurrency slot"),
+        ("overdue", "runs past their deadline woken"),
     ):
         table.add_row(label, str(getattr(report, key)))
     table.add_row(Text("total", style="bold"), Text(str(report.total), style="bold"))

@@ -10,24 +10,22 @@ needs ``-A`` for the code it checks.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 from rich.console import Group
 
 from ..canvas.names import WORKFLOW as CANVAS_WORKFLOW
-from ..store.model import RunStatus, StepKind, StepStatus
+from ..model.cursor import RunCursor
+from ..model.values import RunStatus, StepKind, StepStatus
+from ..store.events import events_of
 from ..web import reads
-from ..web.reads import MAX_LIMIT, RunFilter
+from ..web.reads import MAX_LIMIT, MAX_STEPS_LIMIT, RunFilter
 from . import render
 from .canvas_tree import canvas_tree
 from .common import (
     RUN_ID,
-    ParamTypeBase,
     cli_operator,
     database_url_option,
     echo_json,
@@ -35,59 +33,15 @@ from .common import (
     json_option,
     state,
 )
+from .events import events_table
+from .params import CursorType, Since, SinceType
+
+STEPS_SHOWN = 200
+"""Steps ``runs show`` prints unless told (``--steps``)."""
 
 ARGUMENTS_SHOWN = 80
 """Characters of a step's arguments (or an action's details) ``runs show``
 prints before cutting them short (``--full``: whole)."""
-
-AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
-AGE_MS = {"s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
-AGE_MS.update({"d": 86_400_000, "w": 604_800_000})
-
-
-@dataclass(frozen=True)
-class Since:
-    """``--since``: an instant (epoch ms) or an age before the store's now."""
-
-    at_ms: int | None = None
-    age_ms: int | None = None
-
-    def resolve(self, now_ms: int) -> int:
-        """The instant, in epoch ms, that ``--since`` means at ``now_ms``."""
-        if self.at_ms is not None:
-            return self.at_ms
-        assert self.age_ms is not None
-        return now_ms - self.age_ms
-
-
-class SinceType(ParamTypeBase):
-    """An ISO datetime (UTC unless it carries an offset) or an age like ``30m``."""
-
-    name = "WHEN"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> Since:
-        """Parse an age (``90s``, ``1h``, ``2d``) or an ISO 8601 instant."""
-        if isinstance(value, Since):
-            return value
-        text = str(value)
-        match = AGE.match(text)
-        if match:
-            amount, unit = float(match.group(1)), match.group(2).lower()
-            return Since(age_ms=round(amount * AGE_MS[unit]))
-        try:
-            when = datetime.fromisoformat(text.strip())
-        except ValueError:
-            self.fail(
-                f"{text!r} is neither an ISO datetime (2024-05-01T12:00) "
-                "nor an age (90s, 30m, 1h, 2d, 1w)",
-                param,
-                ctx,
-            )
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return Since(at_ms=round(when.timestamp() * 1000))
 
 
 @click.group()
@@ -118,6 +72,12 @@ def runs() -> None:
 @click.option(
     "--page", type=click.IntRange(min=1), default=1, show_default=True, help="Page, from 1."
 )
+@click.option(
+    "--before",
+    type=CursorType(),
+    help="Only runs older than this cursor (the one a page ends with): a deep page "
+    "costs what the first does, unlike --page.",
+)
 @database_url_option
 @json_option
 @friendly_errors
@@ -127,6 +87,7 @@ def list_runs(
     since: Since | None,
     limit: int,
     page: int,
+    before: RunCursor | None,
     as_json: bool,
 ) -> None:
     """List runs, newest first, a page at a time."""
@@ -139,7 +100,7 @@ def list_runs(
     )
     if as_json:  # the run page's listing, with the page number beside it
         listing = reads.list_runs(
-            store, filters, limit=limit, offset=(page - 1) * limit, counts=False
+            store, filters, limit=limit, offset=(page - 1) * limit, counts=False, before=before
         )
         echo_json({"page": page, **listing})
         return
@@ -149,6 +110,7 @@ def list_runs(
         since=filters.since,
         limit=limit + 1,  # one more tells whether a next page exists
         offset=(page - 1) * limit,
+        before=before,
     )
     has_more, shown = len(found) > limit, found[:limit]
     out = render.console()
@@ -156,63 +118,141 @@ def list_runs(
         out.print("no runs match" + (f" on page {page}" if page > 1 else ""))
         return
     live = store.steps_of_runs([r.id for r in shown if not r.status.terminal])
-    out.print(render.runs_table(shown, now, f"runs, newest first (page {page})", live))
+    title = f"runs older than {before}" if before else f"runs, newest first (page {page})"
+    out.print(render.runs_table(shown, now, title, live))
     if has_more:
-        out.print(f"more on page {page + 1}: add --page {page + 1}")
+        cursor = f"--before {RunCursor.after(shown[-1])}"
+        if before is None:  # the page number, or the cursor that costs the same at any depth
+            out.print(f"more on page {page + 1}: add --page {page + 1} (or {cursor})")
+        else:
+            out.print(f"more: add {cursor}")
 
 
 @runs.command("show")
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option("--full", is_flag=True, help="Show step arguments and action details whole, not cut.")
+@click.option(
+    "--steps",
+    "steps_shown",
+    type=click.IntRange(1, MAX_STEPS_LIMIT),
+    default=STEPS_SHOWN,
+    show_default=True,
+    metavar="N",
+    help="Show at most N steps (and their attempts); says how many more there are.",
+)
+@click.option(
+    "--steps-after",
+    type=click.IntRange(0),
+    metavar="SEQ",
+    help="Start the steps after this one (the # of the last step shown).",
+)
 @database_url_option
 @json_option
 @friendly_errors
-def show_run(run_id: str, full: bool, as_json: bool) -> None:
+def show_run(
+    run_id: str, full: bool, steps_shown: int, steps_after: int | None, as_json: bool
+) -> None:
     """Show a run, its steps, every attempt and what operators did to it.
 
     Each step with its attempt, worker, duration and the lease left on the
     store's clock; the task steps' arguments (cut short unless --full); each
     attempt with Celery's node name, the task id of the message that carried
     it, its duration and error; then the operator actions (cancel, retry,
-    signal: when, who, from where), a retry keeping the error it cleared.
+    signal: when, who, from where), a retry keeping the error it cleared;
+    and the progress events it set (ctx.set_event). A long history shows
+    --steps of its steps, and how to see the next ones.
     """
     store = state().store()
     if as_json:  # what the run page shows of it
-        echo_json(reads.show_run(store, run_id))
+        echo_json(reads.show_run(store, run_id, steps_after=steps_after, steps_limit=steps_shown))
         return
-    run, steps = reads.run_history(store, run_id)
+    found = reads.history_page(store, run_id, steps_after, steps_shown)
+    run, steps = found.run, found.shown
     now = store.now_ms()
     parts: list[Any] = [render.run_panel(run, now)]
+    from .prune import retention_note
+
+    parts.extend(filter(None, [retention_note()]))
     if run.workflow == CANVAS_WORKFLOW:
         parts.extend(filter(None, [canvas_tree(run, steps)]))
     if steps:
         parts.append(render.steps_table(steps, now))
     else:
-        parts.append("no steps recorded yet")
+        parts.append("no steps recorded yet" if not found.steps else "no steps after that one")
+    if found.next_after is not None:
+        parts.append(
+            f"{found.remaining:,} more step(s) not shown: add --steps-after {found.next_after}"
+        )
     limit = None if full else ARGUMENTS_SHOWN
     arguments = render.arguments_table(steps, limit)
     if arguments is not None:
         parts.append(arguments)
     if any(h.attempts for h in steps):
         parts.append(render.attempts_table(steps, now))
+    events = events_of(store.event_steps(run.id))
+    if events:
+        parts.append(events_table(events, limit))
     audit = store.audit_trail(run.id)
     if audit:
         parts.append(render.audit_table(audit, limit))
     render.console().print(Group(*parts))
 
 
+def bulk_options(fn: Any) -> Any:
+    """``--workflow``, ``--status``, ``--since`` and ``--dry-run``: the filter
+    of a bulk cancel or retry (given instead of a RUN)."""
+    fn = click.option(
+        "--dry-run", is_flag=True, help="With a filter: list the runs it picks, change nothing."
+    )(fn)
+    fn = click.option(
+        "--jobs",
+        type=click.IntRange(1, 64),
+        default=4,
+        show_default=True,
+        help="With a filter: runs acted on at once (each is its own transaction).",
+    )(fn)
+    fn = click.option(
+        "--since",
+        type=SinceType(),
+        help="With no RUN: runs created since then (ISO datetime or an age: 30m, 1h, 2d).",
+    )(fn)
+    fn = click.option(
+        "--status",
+        type=click.Choice([s.value for s in RunStatus]),
+        help="With no RUN: only runs with this status.",
+    )(fn)
+    return click.option(
+        "--workflow", metavar="NAME", help="With no RUN: only runs of this workflow."
+    )(fn)
+
+
 @runs.command("cancel")
-@click.argument("run_id", metavar="RUN", type=RUN_ID)
+@click.argument("run_id", metavar="[RUN]", type=RUN_ID, required=False)
+@bulk_options
 @database_url_option
 @json_option
 @friendly_errors
-def cancel_run(run_id: str, as_json: bool) -> None:
-    """Cancel a run and its children.
+def cancel_run(
+    run_id: str | None,
+    workflow: str | None,
+    status: str | None,
+    since: Since | None,
+    dry_run: bool,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    """Cancel a run and its children, or every live run a filter picks.
 
     The request is recorded at once; the run's next orchestration pass ends
     it. That pass is started by a message sent through your Celery app: -A
-    is needed even with --database-url.
+    is needed even with --database-url. Instead of RUN, --workflow, --status
+    and --since pick runs in bulk (a progress bar on stderr; --dry-run only
+    lists them); each run is audited as a single cancel is.
     """
+    if run_id is None:
+        bulk("cancel", workflow, status, since, dry_run, jobs, as_json)
+        return
+    _single_only(workflow, status, since, dry_run)
     pikku = state().workflows(
         "the run's next pass, which ends it, is started by a message sent through your Celery app"
     )
@@ -226,18 +266,61 @@ def cancel_run(run_id: str, as_json: bool) -> None:
     )
 
 
+def _single_only(workflow: str | None, status: str | None, since: Since | None, dry: bool) -> None:
+    if workflow or status or since or dry:
+        raise click.UsageError(
+            "give either a RUN or a filter (--workflow, --status, --since), not both"
+        )
+
+
+def bulk(
+    action: str,
+    workflow: str | None,
+    status: str | None,
+    since: Since | None,
+    dry_run: bool,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    """A bulk cancel or retry from the command line's filter (see :mod:`.bulk`)."""
+    from .bulk import run_bulk
+
+    if not (workflow or status or since):
+        raise click.UsageError(
+            f"{action} needs a RUN, or a filter: --workflow, --status and/or --since"
+        )
+    status_of = RunStatus(status) if status else None
+    run_bulk(action, workflow, status_of, since, dry_run, jobs, as_json)
+
+
 @runs.command("retry")
-@click.argument("run_id", metavar="RUN", type=RUN_ID)
+@click.argument("run_id", metavar="[RUN]", type=RUN_ID, required=False)
+@bulk_options
 @database_url_option
 @json_option
 @friendly_errors
-def retry_run(run_id: str, as_json: bool) -> None:
-    """Resume a failed run from its failed steps.
+def retry_run(
+    run_id: str | None,
+    workflow: str | None,
+    status: str | None,
+    since: Since | None,
+    dry_run: bool,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    """Resume a failed run from its failed steps, or every failed run a filter picks.
 
     Each failed step gets fresh attempts (as many as it had); the steps that
     succeeded keep their results. The run is woken through your Celery app:
-    -A is needed even with --database-url.
+    -A is needed even with --database-url. Instead of RUN, --workflow and
+    --since (--status can only be failed) pick failed runs in bulk (a
+    progress bar on stderr; --dry-run only lists them); each run is audited
+    as a single retry is.
     """
+    if run_id is None:
+        bulk("retry", workflow, status, since, dry_run, jobs, as_json)
+        return
+    _single_only(workflow, status, since, dry_run)
     pikku = state().workflows(
         "the retried steps are started by a message sent through your Celery app"
     )

@@ -21,7 +21,8 @@ from typing import Any
 import click
 
 from ..engine.core import WorkflowEngine
-from .common import ServiceError, database_url_option, friendly_errors, state
+from .common import database_url_option, friendly_errors, state
+from .errors import ServiceError
 
 DEFAULT_PORT = 5555
 """Flower's port: the page plays the same part."""

@@ -1,11 +1,12 @@
 """The workflow engine: replay, orchestration, step execution and the sweep."""
 
 from .context import Context, StepHandle
-from .core import WorkflowEngine, parse_run_id
+from .core import WorkflowEngine
 from .dispatcher import Dispatcher
 from .execute import RetryStep, call_with
 from .handle import RunHandle, StepHistory
 from .observe import AttemptWatch, EngineObserver, RunStart, run_trace
+from .run_ids import parse_run_id
 from .sweep import SweepReport
 from .workflow import Workflow, WorkflowRegistry
 

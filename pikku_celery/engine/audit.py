@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..store.model import JSON, Operator
+from ..model.values import JSON, Operator
 
 API_OPERATOR = Operator("api")
 """Who acts when the caller names nobody: a call of the Python API."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..store.model import Decision, RunView
+from ..model.values import Decision, RunView
 from .replay import replay
 from .versions import candidates, diverged, first_replaying
 from .workflow import Workflow

@@ -3,28 +3,32 @@
 The body is re-run from the top on every pass. Each call either returns what
 is recorded, records something new for the store to apply, or suspends the
 pass (a :class:`Suspend` that user code cannot swallow with ``except
-Exception``) because the run has to wait.
+Exception``) because the run has to wait. How a call reaches and records its
+step (order, unique names, the pass's budget) is :mod:`.pass_record`'s.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
 from typing_extensions import TypeVar
 
-from ..errors import (
-    SignalTimeoutError,
-    StepFailedError,
-    UnknownPatchError,
-    WorkflowLimitError,
-    WorkflowNondeterminismError,
+from ..errors import SignalTimeoutError, StepFailedError, WorkflowLimitError
+from ..model.values import (
+    JSON,
+    NewRun,
+    NewStep,
+    RunView,
+    StepKind,
+    StepState,
+    StepStatus,
+    step_id_for,
 )
 from ..names import (
+    MAX_EVENT_KEY_LENGTH,
     MAX_PATCH_ID_LENGTH,
     MAX_SIGNAL_NAME_LENGTH,
     PATCH_PREFIX,
@@ -32,64 +36,30 @@ from ..names import (
     check_name,
 )
 from ..payload import check_json
-from ..store.model import (
-    JSON,
-    Decision,
-    NewRun,
-    NewStep,
-    RunView,
-    StepKind,
-    StepResolution,
-    StepState,
-    StepStatus,
-    step_id_for,
-)
-from .limits import Limits, PassBudgetSpent
+from ..store.events import event_step_name
+from .continuing import continuation
+from .parking import awaits_retry as _awaits_retry
+from .parking import waits as _waits
+from .pass_record import PassRecord, StepHandle, Suspend, pass_state
+from .replacement import SUFFIX as REPLACED_SUFFIX
+from .replacement import replacement, unwrapped
+from .step_options import route_options as _route_options
+from .step_options import seconds as _seconds
+from .step_options import timeout_ms as _timeout_ms
+from .task_id import DELAYED, EXTRAS, TASK_ID, TIME_LIMITS
 
 if TYPE_CHECKING:
+    from .limits import Limits
     from .workflow import Workflow
 
-# What a joined handle gives: Any for a task step (a Celery task's result type
-# is unknown, and it comes back through JSON), the child workflow's output
-# type for a child step. Covariant, so handles of different types gather into
-# a list of their join; a bare ``StepHandle`` is ``StepHandle[Any]``.
-Value = TypeVar("Value", covariant=True, default=Any)
+__all__ = ["Context", "StepHandle", "Suspend", "pass_state"]
+
 _T = TypeVar("_T")
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 
 
-class Suspend(BaseException):
-    """Ends a pass: the run waits for something in flight."""
-
-
-@dataclass
-class StepHandle(Generic[Value]):
-    """A step put in flight by ``step_async``/``child_async``; join with ``gather``.
-
-    ``Value`` is what ``gather`` returns for it (only the type checker sees it).
-    """
-
-    name: str
-
-
-@dataclass
-class _PassState:
-    decision: Decision = field(default_factory=Decision)
-    reached: dict[str, int] = field(default_factory=dict)  # step name -> its index
-    now_reached: int = 0  # names reached starting "now#": the next ctx.now()'s number
-    in_flight_wakes: list[int] = field(default_factory=list)
-    patches: dict[str, bool] = field(default_factory=dict)  # ctx.patched's answers
-
-
-def _seconds(value: float | timedelta) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"a duration must be a finite number of seconds >= 0, got {value!r}")
-    return seconds
-
-
-class Context:
+class Context(PassRecord):
     """The workflow body's handle on its run."""
 
     def __init__(
@@ -100,35 +70,16 @@ class Context:
         lookup_workflow: Callable[[str | Workflow[Any, Any]], Workflow[Any, Any]],
         limits: Limits | None = None,
     ) -> None:
-        self._view = view
-        self._recorded = sorted(view.steps, key=lambda s: s.seq)
-        self._by_name = {s.name: s for s in self._recorded}
-        self._resolve_task = resolve_task
-        self._task_queue = task_queue
-        self._lookup_workflow = lookup_workflow
-        self._pass = _PassState()
-        self._settled_now: dict[str, StepState] = {}
-        self._limits = limits or Limits()
-        self._calls = 0
-        self._deadline = time.monotonic() + self._limits.pass_max_seconds
-        self._children = sum(1 for s in self._recorded if s.kind == StepKind.CHILD)
-
-    def _spend(self) -> None:
-        """Count one ctx call against the pass's budget (calls and time)."""
-        self._calls += 1
-        limits = self._limits
-        if self._calls > limits.pass_max_calls:
-            raise PassBudgetSpent(
-                f"the pass of run {self.run_id} made more than {limits.pass_max_calls} ctx "
-                "calls without suspending (pass_max_calls); a body must wait on a step, "
-                "timer or signal to make progress"
-            )
-        if time.monotonic() > self._deadline:
-            raise PassBudgetSpent(
-                f"the pass of run {self.run_id} ran longer than {limits.pass_max_seconds} s "
-                "(pass_max_seconds); a body replays in milliseconds unless it loops or "
-                "does work that belongs in a step"
-            )
+        super().__init__(view, resolve_task, task_queue, lookup_workflow, limits)
+        # Kept for a parked body (engine/parking.py, engine/resume.py):
+        self._park: Callable[[], None] | None = None  # set while a resume.Body holds it
+        self._open = {s.seq for s in self._recorded if not s.settled}  # what may still change
+        self._retrying = {  # task steps waiting for their next attempt's message
+            s.seq for s in self._recorded if s.kind == StepKind.TASK and _awaits_retry(s)
+        }
+        self._changed: set[str] = set()  # steps rebase() found new or changed
+        self._again = False  # a waiting call made again after its body was resumed
+        self._pending: set[str] = set()  # the unsettled handles of the gather it waits in
 
     # --- identity and time ---------------------------------------------------
     @property
@@ -199,6 +150,25 @@ class Context:
         if recorded is not None and _is_marker(recorded, name):
             self._reach(name, StepKind.VALUE)
 
+    # --- progress events ---------------------------------------------------------
+    def set_event(self, key: str, value: JSON) -> None:
+        """Publish ``value`` as the run's latest event ``key``, for
+        ``RunHandle.get_event``/``events`` and the run page.
+
+        Recorded like a step (the value step ``event:<key>#<n>``), in the same
+        write as the pass's next step, so a reader sees it once that pass
+        commits. A replay reaches the recorded event and records nothing: the
+        value first recorded stands, and no event is ever set twice.
+        """
+        check_name(key, "event key", MAX_EVENT_KEY_LENGTH)
+        events = self._pass.events
+        number = events.get(key, 0)
+        events[key] = number + 1
+        name = event_step_name(key, number)
+        if self._reach(name, StepKind.VALUE) is None:
+            check_json(value, f"event {key!r}", "value", self._limits.max_payload_depth)
+            self._record(NewStep(name, 0, StepKind.VALUE, StepStatus.SUCCEEDED, result=value))
+
     # --- task steps ------------------------------------------------------------
     def step(
         self,
@@ -213,6 +183,7 @@ class Context:
         routing_key: str | None = None,
         priority: int | None = None,
         eager: bool = True,
+        timeout: float | timedelta | None = None,
         **kwargs: Any,
     ) -> JSON:
         """Run ``task`` as a step and return its result (recorded after the first run).
@@ -222,7 +193,12 @@ class Context:
         ``queue``, ``exchange``, ``routing_key`` and ``priority`` route the
         step's message over the task's own route (as ``apply_async`` does);
         they never reach the task. ``eager=False`` sends the step through the
-        broker even where the step before it could run it at once. Raises
+        broker even where the step before it could run it at once.
+        ``timeout`` bounds each attempt: past it the body is interrupted
+        (:class:`~pikku_celery.errors.StepTimeLimitExceeded` raised in it),
+        the attempt fails with :class:`~pikku_celery.errors.WorkflowStepTimeoutError`
+        and retries while it has attempts left; a body that does not stop
+        loses its lease, so the step is taken over. Raises
         :class:`StepFailedError` once its ``retries + 1`` attempts failed.
         """
         handle = self.step_async(
@@ -237,6 +213,7 @@ class Context:
             routing_key=routing_key,
             priority=priority,
             eager=eager,
+            timeout=timeout,
             **kwargs,
         )
         return self.gather(handle)[0]
@@ -254,6 +231,7 @@ class Context:
         routing_key: str | None = None,
         priority: int | None = None,
         eager: bool = True,
+        timeout: float | timedelta | None = None,
         **kwargs: Any,
     ) -> StepHandle[Any]:
         """Put a step in flight without waiting; join it with :meth:`gather`.
@@ -272,6 +250,7 @@ class Context:
             routing_key=routing_key,
             priority=priority,
             eager=eager,
+            timeout=timeout,
         )
 
     def task_async(
@@ -289,15 +268,27 @@ class Context:
         routing_key: str | None = None,
         priority: int | None = None,
         eager: bool = True,
+        task_id: str | None = None,
+        timeout: float | timedelta | None = None,
+        time_limits: tuple[float | None, float | None] = (None, None),
+        delayed: bool = False,
+        extras: Mapping[str, JSON] | None = None,
     ) -> StepHandle[Any]:
         """:meth:`step_async` with the task's arguments as a list and a dict,
-        so a task's keyword may share a name with a step option."""
+        so a task's keyword may share a name with a step option. ``task_id``
+        is the id the task sees as ``self.request.id`` in every attempt (a
+        canvas node's result id); by default each attempt has its own.
+        ``time_limits`` (hard, soft; seconds) travel on the step's message,
+        as ``apply_async(time_limit=, soft_time_limit=)`` sends them, so such
+        a step is never run eagerly. ``delayed``: it is recorded when a
+        delay before it ended, so its request's ``eta`` is its creation."""
         kwargs = kwargs or {}
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"step {name!r}: retries must be an int >= 0, got {retries!r}")
         if backoff < 1:
             raise ValueError(f"step {name!r}: backoff must be >= 1, got {backoff!r}")
         delay = _seconds(retry_delay)
+        timeout_ms = None if timeout is None else _timeout_ms(name, timeout)
         step = self._reach(name, StepKind.TASK)
         if step is None:
             task_name = self._resolve_task(task)
@@ -306,6 +297,16 @@ class Context:
             check_json(kwargs, f"step {name!r}", "kwargs", depth)
             route = _route_options(name, queue, exchange, routing_key, priority)
             routed = self._task_queue(task_name, route) if route else self._task_queue(task_name)
+            if task_id is not None:
+                route[TASK_ID] = check_name(task_id, f"step {name!r}: task_id")
+            if delayed:
+                route[DELAYED] = True
+            if extras:
+                route[EXTRAS] = dict(extras)
+            for key, limit in zip(TIME_LIMITS, time_limits, strict=True):
+                if limit is not None:
+                    route[key] = float(limit)
+                    eager = False  # Celery enforces it per message
             self._record(
                 NewStep(
                     name,
@@ -321,13 +322,10 @@ class Context:
                     retry_delay=delay,
                     backoff=float(backoff),
                     eager=bool(eager),
+                    timeout_ms=timeout_ms,
                 )
             )
-        elif (
-            step.status == StepStatus.FAILED
-            and step.wake_at is not None
-            and step.scheduled_at is None
-        ):
+        elif _awaits_retry(step):
             # Waiting for its next attempt: its message carries the countdown
             # (or, beyond the queue's horizon, the sweep sends it when due).
             self._pass.decision.redispatch.append(step.id)
@@ -338,6 +336,7 @@ class Context:
 
         A body that advances several branches at once (the durable canvas)
         reaches these first, in this order, then records what became ready."""
+        self._park = None  # the answer grows with the view: such a body is only replayed
         return [s.name for s in self._recorded]
 
     # --- joining ---------------------------------------------------------------
@@ -351,6 +350,7 @@ class Context:
         self, *handles: StepHandle[_T], return_exceptions: bool
     ) -> list[_T | StepFailedError]: ...
 
+    @_waits
     def gather(self, *handles: StepHandle[Any], return_exceptions: bool = False) -> list[Any]:
         """Wait until every handle's step settled; results in order.
 
@@ -362,9 +362,9 @@ class Context:
         or returned in its place with ``return_exceptions=True``.
         """
         self._spend()
-        steps = [self._current(h.name) for h in handles]
-        if any(s is None or not s.settled for s in steps):
+        if self._unsettled(handles):
             raise Suspend
+        steps = self._replaced([self._current(h.name) for h in handles])
         results: list[Any] = []
         for s in steps:
             assert s is not None
@@ -376,6 +376,55 @@ class Context:
                 raise err
             results.append(err)
         return results
+
+    def _unsettled(self, handles: Sequence[StepHandle[Any]]) -> bool:
+        """Whether a handle's step is unsettled; made again after a resume, it
+        looks only at the steps that changed, so a wide gather costs a pass
+        what changed, not its width."""
+        pending = self._pending
+        if self._again:
+            for name in pending & self._changed:
+                step = self._current(name)
+                if step is not None and step.settled:
+                    pending.discard(name)
+        else:
+            pending.clear()
+            for h in handles:
+                step = self._current(h.name)
+                if step is None or not step.settled:
+                    pending.add(h.name)
+        return bool(pending)
+
+    def _replaced(self, steps: list[StepState | None]) -> list[StepState | None]:
+        """Each step whose task replaced itself (``self.replace``) as its
+        replacement's outcome: the child run is started (in handle order,
+        so replay reaches it in the same place) and joined; see
+        :mod:`.replacement`."""
+        out: list[StepState | None] = []
+        waiting = False
+        for s in steps:
+            found = None
+            if s is not None and s.status == StepStatus.SUCCEEDED:
+                found = replacement(s.result)
+            if s is None or found is None:
+                out.append(s)
+                continue
+            name = s.name + REPLACED_SUFFIX
+            if name not in self._pass.reached:
+                self.child_async(name, found[0], found[1])
+            child = self._current(name)
+            if child is None or not child.settled:
+                waiting = True
+                out.append(s)
+            elif child.status == StepStatus.SUCCEEDED:
+                out.append(replace(s, result=child.result))
+            else:
+                kind, message, trace = unwrapped(child.error or {})
+                error = {"type": kind, "message": message, "traceback": trace}
+                out.append(replace(s, status=StepStatus.FAILED, error=error))
+        if waiting:
+            raise Suspend
+        return out
 
     # --- timers -------------------------------------------------------------------
     def sleep(self, name: str, duration: float | timedelta) -> None:
@@ -389,6 +438,7 @@ class Context:
             raise ValueError(f"sleep_until({name!r}): give an aware datetime (e.g. UTC)")
         self._timer(name, lambda: round(when.timestamp() * 1000))
 
+    @_waits
     def _timer(self, name: str, due: Callable[[], int]) -> None:
         step = self._reach(name, StepKind.SLEEP)
         now = self._view.now
@@ -410,6 +460,7 @@ class Context:
         raise Suspend
 
     # --- signals --------------------------------------------------------------------
+    @_waits
     def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> JSON:
         """Wait for ``send_signal(run_id, name, payload)``; returns the payload.
 
@@ -509,107 +560,16 @@ class Context:
             )
         return StepHandle(name)
 
-    # --- bookkeeping ----------------------------------------------------------------
-    def _reach(self, name: str, kind: StepKind) -> StepState | None:
-        """Check order and uniqueness; return the recorded step, if any."""
+    def continue_as_new(
+        self, input: JSON = None, *, workflow: str | Workflow[Any, Any] | None = None
+    ) -> NoReturn:
+        """End this run (completed, output None) and start a new run of its
+        workflow (or ``workflow``) on ``input`` in the same write, with an
+        empty history: how an endless run stays bounded (:mod:`.continuing`)."""
         self._spend()
-        reached = self._pass.reached
-        index = len(reached)
-        recorded = self._recorded[index] if index < len(self._recorded) else None
-        if recorded is None or recorded.name != name:
-            # A replayed step's name was checked when it was recorded, and is
-            # unique in its run; only a new (or diverging) name is checked.
-            check_name(name, "step name")
-            if name in reached:
-                raise WorkflowNondeterminismError(
-                    f"step name {name!r} is used twice in run {self.run_id} "
-                    f"(as step #{reached[name]} and step #{index}, numbered from 0 as "
-                    "in runs show); "
-                    "step names must be unique within a run",
-                    index=index,
-                    reached=(kind.value, name),
-                )
-        reached[name] = index
-        if name.startswith("now#"):
-            self._pass.now_reached += 1
-        if recorded is not None:
-            if recorded.name != name or recorded.kind != kind:
-                where = (
-                    f"replay of run {self.run_id} reached {kind.value} step {name!r} as step "
-                    f"#{index} (numbered from 0 as in runs show), but step #{index} was "
-                    f"recorded as {recorded.kind.value} step {recorded.name!r}"
-                )
-                fields: dict[str, Any] = {
-                    "index": index,
-                    "reached": (kind.value, name),
-                    "recorded": (recorded.kind.value, recorded.name),
-                }
-                if recorded.kind == StepKind.VALUE and recorded.name.startswith(PATCH_PREFIX):
-                    raise UnknownPatchError(
-                        f"{where}, the marker of a ctx.patched this code never asks for "
-                        "there: newer code made the run, or the patch call was removed "
-                        "while runs hold it; left for a worker whose code knows the patch",
-                        **fields,
-                    )
-                raise WorkflowNondeterminismError(
-                    f"{where}; the workflow body must reach steps in the same order on "
-                    "every replay",
-                    **fields,
-                )
-            return self._settled_now.get(name, recorded)
-        return None
-
-    def _record(self, new: NewStep) -> None:
-        seq = len(self._pass.reached) - 1
-        if seq >= self._limits.max_steps_per_run:
-            raise WorkflowLimitError(
-                f"step {new.name!r} would be step {seq + 1} of run {self.run_id}, above the "
-                f"limit of {self._limits.max_steps_per_run} (max_steps_per_run)"
-            )
-        self._pass.decision.new_steps.append(replace(new, seq=seq))
-        if new.status in (StepStatus.SUCCEEDED,):
-            # Settled on record: later calls in this pass may read it.
-            self._settled_now[new.name] = StepState(
-                id=step_id_for(self.run_id, new.name),
-                run_id=self.run_id,
-                name=new.name,
-                seq=seq,
-                kind=new.kind,
-                status=new.status,
-                result=new.result,
-            )
-
-    def _current(self, name: str) -> StepState | None:
-        if name in self._settled_now:
-            return self._settled_now[name]
-        return self._by_name.get(name)
-
-    def _resolve(
-        self, step: StepState, *, ok: bool, result: JSON = None, error: dict[str, Any] | None = None
-    ) -> None:
-        self._pass.decision.resolutions.append(StepResolution(step.id, ok, result, error))
-        self._settled_now[step.name] = replace(
-            step,
-            status=StepStatus.SUCCEEDED if ok else StepStatus.FAILED,
-            result=result,
-            error=error,
-            wake_at=None,
-        )
-
-
-def _route_options(
-    step: str, queue: Any, exchange: Any, routing_key: Any, priority: Any
-) -> dict[str, JSON]:
-    """``ctx.step``'s routing options, checked: names are names, a priority 0-255."""
-    route: dict[str, JSON] = {}
-    for key, value in (("queue", queue), ("exchange", exchange), ("routing_key", routing_key)):
-        if value is not None:
-            route[key] = check_name(value, f"step {step!r}: {key}")
-    if priority is not None:
-        if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 255:
-            raise ValueError(f"step {step!r}: priority must be an int 0-255, got {priority!r}")
-        route["priority"] = priority
-    return route
+        wf = self._lookup_workflow(self._view.run.workflow if workflow is None else workflow)
+        limits = self._limits
+        raise continuation(self._view.run, wf, input, limits.max_payload_depth)
 
 
 def _is_marker(step: StepState, name: str) -> bool:
@@ -633,8 +593,3 @@ def _timeout_error(name: str) -> dict[str, Any]:
         "message": f"signal {name!r} did not arrive before its timeout",
         "traceback": "",
     }
-
-
-def pass_state(ctx: Context) -> tuple[Decision, Sequence[int]]:
-    """The decision a finished pass produced, and the wake times it waits on."""
-    return ctx._pass.decision, ctx._pass.in_flight_wakes

@@ -2,53 +2,51 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import threading
-import time
-import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, overload
 
 from ..errors import (
-    IdempotencyKeyReusedError,
-    InvalidRunIdError,
-    RunSettledError,
     StoreUnavailableError,
-    UnknownWorkflowError,
 )
-from ..lease.base import LeaseService, positive_seconds
-from ..names import MAX_SIGNAL_NAME_LENGTH, check_id, check_name
-from ..payload import dumps
-from ..store.base import StoreCapabilities, WorkflowStore
-from ..store.model import (
+from ..model.values import (
     JSON,
-    AuditAction,
     Delivery,
-    NewRun,
     Operator,
     RunState,
-    StepStatus,
 )
+from ..names import check_id, check_name
+from ..payload import dumps
+from ..ports.lease import LeaseService, positive_seconds
+from ..ports.store import StoreCapabilities, WorkflowStore
 from ..store.rules import LEASE_BOUND_FACTOR
-from .audit import API_OPERATOR, signal_details
 from .closing import close_each
+from .concurrency import Concurrency
+from .deadline import run_timeout_ms
 from .dispatcher import Dispatcher, EagerDispatch
 from .eager import EAGER_MAX_SECONDS, EAGER_MAX_STEPS, EagerBudget
 from .execute import StepBody, execute_step
 from .handle import RunHandle
 from .keeper import StepLeaseKeeper
+from .known_runs import KnownRuns
 from .limits import Limits
 from .observe import Carrier, Observers
-from .orchestrate import advance, orchestrate
-from .outage import ride_out
+from .orchestrate import orchestrate
+from .run_ids import parse_run_id
+from .starting import start_run
+from .steering import cancel_run, retry_run, send_signal
 from .sweep import SWEEP_MAX_PAGES, SweepReport, sweep
 from .workflow import Workflow, WorkflowDecorator, WorkflowFunction, WorkflowRegistry
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from ..schedule import Overlap, Schedule, ScheduleReport, ScheduleStore
     from .context import Context
 
 log = logging.getLogger(__name__)
@@ -57,12 +55,27 @@ _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 
 
-def parse_run_id(run_id: str) -> str:
-    """Refuse a malformed run id at the boundary, with the value shown."""
-    try:
-        return str(uuid.UUID(str(run_id)))
-    except ValueError:
-        raise InvalidRunIdError(f"{run_id!r} is not a workflow run id (a UUID)") from None
+def _check_settings(
+    eager_max_steps: int,
+    eager_max_seconds: float,
+    outage_timeout: float,
+    sweep_backoff: float,
+    sweep_max_backoff: float,
+) -> None:
+    """Refuse the engine's settings that make no sense, naming them, before
+    anything is built on them."""
+    if eager_max_steps < 0 or not eager_max_seconds >= 0:
+        raise ValueError(
+            f"eager_max_steps ({eager_max_steps!r}) and eager_max_seconds "
+            f"({eager_max_seconds!r}) must be >= 0"
+        )
+    if not outage_timeout >= 0:
+        raise ValueError(f"outage_timeout must be 0 or more, not {outage_timeout!r}")
+    if not sweep_max_backoff >= sweep_backoff:
+        raise ValueError(
+            f"sweep_max_backoff ({sweep_max_backoff!r}) must be >= sweep_backoff "
+            f"({sweep_backoff!r})"
+        )
 
 
 class WorkflowEngine:
@@ -71,6 +84,9 @@ class WorkflowEngine:
     Knows nothing of Celery or SQL; :class:`pikku_celery.Pikku` builds one
     from a Celery app.
     """
+
+    retention: timedelta | None = None
+    """How long settled runs are kept (None: for good); ``Pikku(retention=...)`` sets it."""
 
     def __init__(
         self,
@@ -96,16 +112,16 @@ class WorkflowEngine:
         pass_max_calls: int = Limits.pass_max_calls,
         max_payload_depth: int = Limits.max_payload_depth,
         max_result_bytes: int = Limits.max_result_bytes,
+        resume_max_bodies: int = Limits.resume_max_bodies,
+        resume_max_steps: int = Limits.resume_max_steps,
         eager_steps: bool = True,
         eager_max_steps: int = EAGER_MAX_STEPS,
         eager_max_seconds: float = EAGER_MAX_SECONDS,
         max_lease: float | None = None,
     ) -> None:
-        if eager_max_steps < 0 or not eager_max_seconds >= 0:
-            raise ValueError(
-                f"eager_max_steps ({eager_max_steps!r}) and eager_max_seconds "
-                f"({eager_max_seconds!r}) must be >= 0"
-            )
+        _check_settings(
+            eager_max_steps, eager_max_seconds, outage_timeout, sweep_backoff, sweep_max_backoff
+        )
         self.eager_steps = eager_steps
         """Whether a worker runs a run's next step itself when it can (eager steps)."""
         self.eager_max_steps = eager_max_steps
@@ -116,11 +132,11 @@ class WorkflowEngine:
         """Who is told what happens (metrics, traces): ``observers.add(observer)``."""
         self.leases = leases
         self.dispatcher = dispatcher
-        self._eager_dispatch: tuple[object, EagerDispatch | None] = (None, None)
+        self._eager_dispatch = dispatcher if isinstance(dispatcher, EagerDispatch) else None
         self.registry = WorkflowRegistry()
         self.keeper = StepLeaseKeeper(store)
+        self.known_runs = KnownRuns()  # what passes left, for the claims that follow
         self._worker_id = worker_id
-        self._own_id: tuple[int, str] = (0, "")
         self.orchestration_queue = orchestration_queue
         self.run_lease_ttl = run_lease_ttl
         self.sweep_lease_ttl = sweep_lease_ttl
@@ -129,16 +145,9 @@ class WorkflowEngine:
         self.idle_after = idle_after
         self.max_input_bytes = max_input_bytes
         self.outcome_retry = outcome_retry
-        if not outage_timeout >= 0:
-            raise ValueError(f"outage_timeout must be 0 or more, not {outage_timeout!r}")
         self.outage_timeout = outage_timeout
         """How long a call from outside a worker (start, signal, cancel, a read)
         waits out a store outage before raising :class:`StoreUnavailableError`."""
-        if not sweep_max_backoff >= sweep_backoff:
-            raise ValueError(
-                f"sweep_max_backoff ({sweep_max_backoff!r}) must be >= sweep_backoff "
-                f"({sweep_backoff!r})"
-            )
         self.sweep_max_backoff = sweep_max_backoff
         self.limits = Limits(
             max_steps_per_run=max_steps_per_run,
@@ -148,14 +157,24 @@ class WorkflowEngine:
             pass_max_calls=pass_max_calls,
             max_payload_depth=max_payload_depth,
             max_result_bytes=max_result_bytes,
+            resume_max_bodies=resume_max_bodies,
+            resume_max_steps=resume_max_steps,
         )
-        self._result_limit: tuple[int, str] | None = None
-        self._warned_queues: set[str | None] = set()
-        self._warn_lock = threading.Lock()
         self.max_lease = None if max_lease is None else positive_seconds(max_lease, "max_lease")
         """The longest lease any worker of the fleet grants, in seconds (None: see
         :meth:`lease_bound_ms`)."""
-        self._lease_bound: tuple[object, int] = (None, 0)
+        self.schedules: dict[str, Schedule] = {}
+        """Every schedule defined (``@pikku.schedule``), by name."""
+        self._found_later()
+
+    def _found_later(self) -> None:
+        """What the engine finds or builds on first use, empty until then."""
+        self._own_id: tuple[int, str] = (0, "")
+        self._result_limit: tuple[int, str] | None = None
+        self._warned_queues: set[str | None] = set()
+        self._warn_lock = threading.Lock()
+        self._lease_bound: int | None = None
+        self._schedule_store: ScheduleStore | None = None
 
     def lease_bound_ms(self) -> int:
         """How far ahead of the store's clock any lease of the fleet may end (ms).
@@ -167,10 +186,9 @@ class WorkflowEngine:
         ``max_lease`` when set, else twice the longest lease the dispatcher
         knows (:class:`~pikku_celery.Pikku` uses its queues' horizons).
         """
-        found = self._lease_bound
-        if found[0] is not self.dispatcher:
-            found = self._lease_bound = (self.dispatcher, self._resolve_lease_bound_ms())
-        return found[1]
+        if self._lease_bound is None:
+            self._lease_bound = self._resolve_lease_bound_ms()
+        return self._lease_bound
 
     def _resolve_lease_bound_ms(self) -> int:
         if self.max_lease is not None:
@@ -189,16 +207,8 @@ class WorkflowEngine:
 
     @property
     def eager_dispatch(self) -> EagerDispatch | None:
-        """The dispatcher if it can run steps here (eager steps), found once
-        per dispatcher (the testing kit swaps its own in)."""
-        found = self._eager_dispatch
-        if found[0] is not self.dispatcher:
-            dispatch = self.dispatcher
-            found = self._eager_dispatch = (
-                dispatch,
-                dispatch if isinstance(dispatch, EagerDispatch) else None,
-            )
-        return found[1]
+        """The dispatcher if it can run steps here (eager steps)."""
+        return self._eager_dispatch
 
     @property
     def capabilities(self) -> StoreCapabilities:
@@ -228,6 +238,8 @@ class WorkflowEngine:
         name: str | None = None,
         eager_steps: bool = True,
         version: str | int | None = None,
+        concurrency: Concurrency | None = None,
+        timeout: float | timedelta | None = None,
     ) -> Workflow[_In, _Out]: ...
 
     @overload
@@ -238,6 +250,8 @@ class WorkflowEngine:
         name: str | None = None,
         eager_steps: bool = True,
         version: str | int | None = None,
+        concurrency: Concurrency | None = None,
+        timeout: float | timedelta | None = None,
     ) -> Workflow[None, _Out]: ...
 
     @overload
@@ -248,6 +262,8 @@ class WorkflowEngine:
         name: str | None = None,
         eager_steps: bool = True,
         version: str | int | None = None,
+        concurrency: Concurrency | None = None,
+        timeout: float | timedelta | None = None,
     ) -> WorkflowDecorator: ...
 
     def workflow(
@@ -257,6 +273,8 @@ class WorkflowEngine:
         name: str | None = None,
         eager_steps: bool = True,
         version: str | int | None = None,
+        concurrency: Concurrency | None = None,
+        timeout: float | timedelta | None = None,
     ) -> Workflow[Any, Any] | WorkflowDecorator:
         """Register a workflow body ``fn(ctx, input)``; usable bare or with ``name=``.
 
@@ -265,7 +283,12 @@ class WorkflowEngine:
         ``eager_steps=False`` sends each of its steps through the broker.
         ``version=`` registers one of several bodies under one name: each run
         replays on the version it started on, new runs start on the newest.
+        ``concurrency=`` bounds how many of its runs run at once per key
+        (:class:`~pikku_celery.Concurrency`).
+        ``timeout=`` gives each run a deadline that long after it starts (see
+        :meth:`start`).
         """
+        timeout_ms = None if timeout is None else run_timeout_ms(timeout)
 
         def register(f: WorkflowFunction) -> Workflow[Any, Any]:
             wf = Workflow(
@@ -274,11 +297,114 @@ class WorkflowEngine:
                 name or f"{f.__module__}.{f.__qualname__}",
                 version,
                 eager_steps=eager_steps,
+                concurrency=concurrency,
+                timeout_ms=timeout_ms,
             )
             self.registry.add(wf)
             return wf
 
         return register(fn) if fn is not None else register
+
+    # --- schedules -----------------------------------------------------------
+    @overload
+    def schedule(
+        self,
+        workflow: Workflow[Any, Any] | str,
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        input: JSON = None,
+        overlap: Overlap | str = "skip",
+        catch_up: int = 0,
+        name: str | None = None,
+    ) -> Schedule: ...
+
+    @overload
+    def schedule(
+        self,
+        workflow: None = None,
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        input: JSON = None,
+        overlap: Overlap | str = "skip",
+        catch_up: int = 0,
+        name: str | None = None,
+    ) -> Callable[[Workflow[_In, _Out]], Workflow[_In, _Out]]: ...
+
+    def schedule(
+        self,
+        workflow: Workflow[Any, Any] | str | None = None,
+        *,
+        every: float | timedelta | None = None,
+        cron: str | None = None,
+        input: JSON = None,
+        overlap: Overlap | str = "skip",
+        catch_up: int = 0,
+        name: str | None = None,
+    ) -> Schedule | Callable[[Workflow[_In, _Out]], Workflow[_In, _Out]]:
+        """Start ``workflow`` on every tick of ``every=`` (seconds or a
+        timedelta) or ``cron=`` (UTC), with ``input``, once per tick.
+
+        Stacked on a workflow (``@pikku.schedule(every=300)`` above
+        ``@pikku.workflow``) it returns the workflow; given one (or its name)
+        it returns the :class:`~pikku_celery.schedule.Schedule`. ``overlap``:
+        ``"skip"`` a tick while the previous tick's run has not ended,
+        ``"allow"`` it, or ``"cancel_previous"``. ``catch_up``: how many ticks
+        missed while no beat ran are started too. ``name`` (default: the
+        workflow's) names the schedule and its runs' idempotency keys. See the
+        "Schedules" guide.
+        """
+        from ..schedule.define import define_schedule
+
+        def define(target: Workflow[Any, Any] | str) -> Schedule:
+            made = define_schedule(
+                self,
+                target,
+                every=every,
+                cron=cron,
+                input=input,
+                overlap=overlap,
+                catch_up=catch_up,
+                name=name,
+            )
+            self._schedule_defined(made)
+            return made
+
+        if workflow is not None:
+            return define(workflow)
+
+        def stacked(wf: Workflow[_In, _Out]) -> Workflow[_In, _Out]:
+            define(wf)
+            return wf
+
+        return stacked
+
+    def _schedule_defined(self, schedule: Schedule) -> None:
+        """Called once per schedule defined (Pikku installs its beat entry)."""
+
+    @property
+    def schedule_store(self) -> ScheduleStore:
+        """Where schedules' progress is kept (memory here, on the store's clock)."""
+        if self._schedule_store is None:
+            from ..schedule.store import InMemoryScheduleStore
+
+            self._schedule_store = InMemoryScheduleStore(self.store.now_ms)
+        return self._schedule_store
+
+    @schedule_store.setter
+    def schedule_store(self, store: ScheduleStore) -> None:
+        self._schedule_store = store
+
+    def run_schedules(self, grace: float = 0.0) -> ScheduleReport:
+        """One pass over the schedules now: what the beat entry runs (see
+        :mod:`pikku_celery.schedule.tick`); safe to run from several beats.
+        Ticks within ``grace`` seconds of now are late, not missed: they
+        start whatever ``catch_up`` says."""
+        from ..schedule.tick import run_schedules
+
+        schedules = list(self.schedules.values())
+        return run_schedules(self, schedules, self.schedule_store, round(grace * 1000))
 
     # --- starting and steering -----------------------------------------------
     @overload
@@ -288,16 +414,26 @@ class WorkflowEngine:
         input: _In,
         *,
         idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> RunHandle[_Out]: ...
 
     @overload
     def start(
-        self, workflow: Workflow[None, _Out], *, idempotency_key: str | None = None
+        self,
+        workflow: Workflow[None, _Out],
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> RunHandle[_Out]: ...
 
     @overload
     def start(
-        self, workflow: str, input: JSON = None, *, idempotency_key: str | None = None
+        self,
+        workflow: str,
+        input: JSON = None,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> RunHandle[Any]: ...
 
     def start(
@@ -306,6 +442,7 @@ class WorkflowEngine:
         input: JSON = None,
         *,
         idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> RunHandle[Any]:
         """Record a new run and take its first pass right here.
 
@@ -316,49 +453,13 @@ class WorkflowEngine:
         written, naming the offending value's path. An ``idempotency_key``
         already used returns that run if the input is the same, and raises
         :class:`IdempotencyKeyReusedError` (naming the run) if it is not.
+
+        ``timeout`` (else the workflow's own ``timeout=``) sets the run's
+        deadline that long after it is created, on the database's clock:
+        once it passes, the run fails with :class:`WorkflowDeadlineError`,
+        its open steps are closed and its children asked to stop.
         """
-        wf = self.registry.get(workflow)
-        if isinstance(workflow, str) and not wf.by_name:
-            raise UnknownWorkflowError(
-                f"workflow {wf.name!r} cannot be started by its name: {wf.by_name_refusal}"
-            )
-        if idempotency_key is not None:
-            check_name(idempotency_key, "idempotency_key")
-        text = self.check_input(input, f"workflow {wf.name!r}", "input")
-        with self.observers.starting(wf.name) as starting:
-            new = NewRun(
-                workflow=wf.name,
-                input=input,
-                idempotency_key=idempotency_key,
-                trace_context=starting.trace_context,
-                workflow_version=wf.version,
-            )
-            if idempotency_key is None:
-                # Created by its first pass: in one write where the store can.
-                began = time.monotonic()
-                tries: list[int] = []
-                created_run = ride_out(
-                    self, lambda: self._first_pass(new, tries), f"starting workflow {wf.name!r}"
-                )
-                if created_run is not None:
-                    starting.created(created_run, True)
-                return RunHandle(self, new.id, started_at=began)
-            run, created = ride_out(
-                self, lambda: self.store.create_run(new), f"starting workflow {wf.name!r}"
-            )
-            # The run the key names is this call's own when a try the outage
-            # cut off had stored it after all: it still needs its first pass.
-            created = created or run.id == new.id
-            starting.created(run, created)
-            if created:
-                ride_out(
-                    self,
-                    lambda: advance(self, run.id, None, reason="start"),
-                    f"the first pass of run {run.id}",
-                )
-        if not created and idempotency_key is not None and run.input != json.loads(text):
-            raise IdempotencyKeyReusedError(wf.name, idempotency_key, run.id)
-        return RunHandle(self, run.id)
+        return start_run(self, workflow, input, idempotency_key, timeout)
 
     def check_input(self, value: JSON, where: str, path: str) -> str:
         """``value`` as stored JSON, refused (naming the limit) if it is not
@@ -382,19 +483,6 @@ class WorkflowEngine:
             self._result_limit = limit
         return self._result_limit
 
-    def _first_pass(self, new: NewRun, tries: list[int]) -> RunState | None:
-        """The pass that creates ``new``, the run it made (None: superseded).
-
-        Taken again after an outage (``tries`` counts them). When the try the
-        outage cut off had stored the run after all (a connection lost while
-        its commit was on the way), the pass is taken on the stored run: a
-        pass decides nothing twice, and the sweep sends any message that
-        try had not sent yet."""
-        stored = self.store.get_run(new.id) if tries else None
-        tries.append(1)
-        passed = advance(self, new.id, None, reason="start", start=None if stored else new)
-        return passed.run if passed is not None else stored
-
     def handle(self, run_id: str) -> RunHandle[Any]:
         """A :class:`RunHandle` for a run id (checked to be a run id, not looked up)."""
         return RunHandle(self, parse_run_id(run_id))
@@ -408,30 +496,14 @@ class WorkflowEngine:
 
         Kept in the run's audit trail as done ``by`` (default: ``"api"``).
         """
-        check_name(name, "signal name", MAX_SIGNAL_NAME_LENGTH)
-        text = self.check_input(payload, f"signal {name!r}", "payload")
-        rid = parse_run_id(run_id)
-        run = ride_out(
-            self,
-            lambda: self.store.send_signal(rid, name, payload),
-            f"sending signal {name!r} to run {rid}",
-        )
-        self._audit(run.id, AuditAction.SIGNAL, by, signal_details(name, payload, text))
-        self.dispatcher.wake_run(run.id, reason="signal")
-        return run
+        return send_signal(self, run_id, name, payload, by)
 
     def cancel(self, run_id: str, *, by: Operator | None = None) -> RunState:
         """Ask a run to end as cancelled (its children too). A settled run refuses.
 
         Kept in the run's audit trail as done ``by`` (default: ``"api"``).
         """
-        rid = parse_run_id(run_id)
-        run = ride_out(self, lambda: self.store.request_cancel(rid), f"cancelling run {rid}")
-        if run.status.terminal:
-            raise RunSettledError(f"workflow run {run.id} is already {run.status}")
-        self._audit(run.id, AuditAction.CANCEL, by, {})
-        self.dispatcher.wake_run(run.id, reason="cancel")
-        return run
+        return cancel_run(self, run_id, by)
 
     def retry(self, run_id: str, *, by: Operator | None = None) -> RunState:
         """Resume a failed run from its failed steps, with fresh attempts.
@@ -440,25 +512,7 @@ class WorkflowEngine:
         (done ``by``, default ``"api"``) keeps it, with the failed steps'
         names; their failed attempts stay in the steps' history.
         """
-        rid = parse_run_id(run_id)
-
-        def read() -> tuple[RunState | None, list[str]]:
-            steps = self.store.get_steps(rid)
-            return self.store.get_run(rid), [s.name for s in steps if s.status == StepStatus.FAILED]
-
-        before, failed = ride_out(self, read, f"reading run {rid}")
-        run = ride_out(self, lambda: self.store.retry_run(rid), f"retrying run {rid}")
-        previous = None if before is None else before.error
-        self._audit(
-            run.id, AuditAction.RETRY, by, {"previous_error": previous, "failed_steps": failed}
-        )
-        self.dispatcher.wake_run(run.id, reason="retry")
-        return run
-
-    def _audit(
-        self, run_id: str, action: AuditAction, by: Operator | None, details: dict[str, JSON]
-    ) -> None:
-        self.store.record_action(run_id, action, by or API_OPERATOR, details)
+        return retry_run(self, run_id, by)
 
     # --- what workers do -----------------------------------------------------
     def orchestrate(self, run_id: str, reason: str = "", *, trace: Carrier | None = None) -> None:

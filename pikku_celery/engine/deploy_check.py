@@ -5,7 +5,7 @@ Each run is replayed on the body a worker running this code would choose
 decision is thrown away. A run is reported when that replay diverges from
 its history (the step where), when no body here may replay it (it would
 stay blocked), or when the body raises. Runs are read a page at a time
-(:meth:`~pikku_celery.store.base.WorkflowStore.in_flight_views`).
+(:meth:`~pikku_celery.ports.store.WorkflowStore.in_flight_views`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import UnknownWorkflowError, WorkflowNondeterminismError
-from ..store.model import RunView
+from ..model.values import RunView
 from .context import Context, Suspend
 from .limits import PassBudgetSpent
 from .orchestrate import check_readable

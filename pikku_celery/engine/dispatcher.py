@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from ..store.model import StepState
+from ..model.values import StepState
 
 
 @runtime_checkable

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..store.changes import new_claim_id
-from ..store.model import (
+from ..model.changes import new_claim_id
+from ..model.values import (
     Decision,
     Delivery,
     EagerClaim,
@@ -93,10 +93,10 @@ class EagerOffer:
         self._lease_ms = lease_ms
         self.body: StepBody | None = None  # the chosen step's body
 
-    def choose(self, decision: Decision) -> None:
-        """Name in ``decision.eager`` the first new step this process can run
-        now; of a fan-out, only that one (the rest are published)."""
-        decision.eager, self.body = None, None
+    def choose(self, decision: Decision) -> Decision:
+        """``decision`` naming in ``eager`` the first new step this process
+        can run now; of a fan-out, only that one (the rest are published)."""
+        self.body = None
         for new in decision.new_steps:
             if not eligible(new):
                 continue
@@ -104,11 +104,12 @@ class EagerOffer:
             body = self._dispatch.eager_body(new.task_name, new.queue, self._carrier)
             if body is None:
                 continue
-            decision.eager = EagerClaim(
+            claim = EagerClaim(
                 new.name, self._worker, self._lease_ms(new.queue), new_claim_id(), self._delivery
             )
             self.body = body
-            return
+            return replace(decision, eager=claim)
+        return replace(decision, eager=None) if decision.eager is not None else decision
 
 
 def eager_offer(

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     PayloadError,
     PikkuError,
+    StepTimeLimitExceeded,
     WorkflowStepFunctionMismatchError,
     WorkflowStepSupersededError,
+    WorkflowStepTimeoutError,
 )
-from ..payload import dumps
-from ..retry import RetryPolicy
-from ..store.model import (
+from ..model.plan import Landed, PassView
+from ..model.values import (
     BROKER,
     EAGER,
     JSON,
@@ -25,8 +26,11 @@ from ..store.model import (
     StepState,
     StepStatus,
 )
+from ..payload import dumps
+from ..retry import RetryPolicy
 from ..store.rules import lease_lapsed
 from .eager import EagerOffer, eager_offer
+from .interrupt import WATCHER, TimeLimits, brings_limits
 from .observe import Carrier
 from .orchestrate import advance
 from .outage import ride_out
@@ -56,9 +60,11 @@ class FinalStepError(Exception):
     """Raised from a step body to fail the attempt for good, attempts left or
     not: a canvas node's task that did not ask Celery to retry it."""
 
-    def __init__(self, exc: BaseException) -> None:
+    def __init__(self, exc: BaseException, details: dict[str, Any] | None = None) -> None:
         super().__init__(str(exc))
         self.exc = exc
+        self.details = details or {}
+        """Recorded beside the error's type, message and traceback (JSON)."""
 
 
 def retry_delay(step: StepState) -> float:
@@ -94,12 +100,13 @@ def execute_step(
     if lease_ms < SHORT_LEASE_MS:
         engine.warn_short_lease(queue, lease_ms)
     claimed_ns = time.time_ns()
+    known = engine.known_runs.for_claim(step_id, run_id)  # what the last pass left
     try:
         # A claim that cannot reach the store waits here, its message unacked:
         # the step starts the moment the store is back.
         claimed = ride_out(
             engine,
-            lambda: engine.store.claim_step(
+            lambda: engine.store.claim(
                 step_id,
                 task_name,
                 engine.worker_id,
@@ -107,6 +114,7 @@ def execute_step(
                 run_id=run_id,
                 bound_ms=engine.lease_bound_ms(),
                 delivery=carried,
+                known=known,
             ),
             f"claiming step {step_id} of run {run_id}",
         )
@@ -116,14 +124,16 @@ def execute_step(
     if claimed is None:
         _unclaimed(engine, run_id, step_id)
         return None
+    engine.known_runs.saw_clock(claimed.step.updated_at)  # the claim's time, on the store's
     budget = engine.eager_budget(lease_ms)
-    step: StepState | None = claimed
+    step: StepState | None = claimed.step
+    view = claimed.view  # the run as the claim saw it: handed to the attempt's pass
     first: StepOutcome | None = None
     dispatch = BROKER
     while step is not None:
         offer = eager_offer(engine, budget, body, carried)
         outcome, done = _attempt(
-            engine, run_id, step, body, lease_ms, offer, (dispatch, claimed_ns, trace)
+            engine, run_id, step, body, lease_ms, offer, (dispatch, claimed_ns, trace), view
         )
         if first is None:
             first = outcome
@@ -132,6 +142,7 @@ def execute_step(
         assert budget is not None
         budget.take()
         step, body, dispatch = done.eager, offer.body, EAGER
+        view = done.handed if isinstance(done, Landed) else None
         lease_ms, claimed_ns = engine.dispatcher.lease_ms(step.queue), time.time_ns()
     return first
 
@@ -144,21 +155,23 @@ def _attempt(
     lease_ms: int,
     offer: EagerOffer | None,
     seen: tuple[str, int, Carrier | None],
+    view: PassView | None = None,
 ) -> tuple[StepOutcome | None, AdvanceResult | None]:
     """One claimed attempt: its body under a renewed lease, then the pass
     that records its outcome (and may claim the next step for this worker).
     ``seen`` is what the observers are told of it: its dispatch, when it was
-    claimed (``time.time_ns()``) and the trace context its message carried."""
+    claimed (``time.time_ns()``) and the trace context its message carried;
+    ``view`` the run as its claim saw it, for its pass."""
     holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id)
     began = time.monotonic()
+    limits = time_limits(step, body)
+    if limits is not None and limits.hard is not None:
+        holding.renew_until = began + limits.hard
     dispatch, claimed_ns, trace = seen
     with engine.observers.attempt(step, dispatch, claimed_ns, trace) as watch:
         try:
             try:
-                if _wants_transaction(body, step):
-                    outcome, committed = _run_in_transaction(engine, step, body)
-                else:
-                    outcome, committed = _run_body(engine, step, body), False
+                outcome, committed = _run_limited(engine, step, body, limits)
             except WorkflowStepSupersededError as exc:
                 log.warning(
                     "refused a superseded transactional step; its writes rolled back: %s", exc
@@ -174,7 +187,12 @@ def _attempt(
             # be refused and reported as a lease lost to another attempt).
             if committed:
                 engine.keeper.drop(holding)
-            done = _advance_retrying(engine, run_id, None if committed else outcome, offer)
+            # The claim's view holds the step unsettled: only a pass that
+            # records the outcome itself starts from it.
+            if committed:
+                done = _advance_retrying(engine, run_id, None, offer)
+            else:
+                done = _advance_retrying(engine, run_id, outcome, offer, view)
         finally:
             if not holding.dropped:
                 engine.keeper.drop(holding)
@@ -193,12 +211,20 @@ def _advance_retrying(
     run_id: str,
     outcome: StepOutcome | None,
     offer: EagerOffer | None = None,
+    view: PassView | None = None,
 ) -> AdvanceResult | None:
     """Write the outcome, waiting out a store outage of up to ``outcome_retry``
-    seconds: the work is done, and losing its outcome would spend an attempt."""
+    seconds: the work is done, and losing its outcome would spend an attempt.
+    ``view`` (the claim's) serves the first try only: a retry reads."""
     policy = RetryPolicy(within=engine.outcome_retry, first_pause=0.1, max_pause=2.0)
+    handed = [view]
+
+    def once() -> AdvanceResult | None:
+        known, handed[0] = handed[0], None
+        return advance(engine, run_id, outcome, reason="step", offer=offer, known=known)
+
     return policy.call(
-        lambda: advance(engine, run_id, outcome, reason="step", offer=offer),
+        once,
         engine.is_transient,
         lambda exc: log.warning(
             "store unavailable while recording step outcome; retrying: %s", exc
@@ -224,6 +250,46 @@ def _resend_if_claim_lost(engine: WorkflowEngine, step: StepState) -> None:
             step.run_id,
         )
         engine.dispatcher.send_step(now)
+
+
+def time_limits(step: StepState, body: StepBody) -> TimeLimits | None:
+    """The limits of this attempt: ``ctx.step(timeout=)`` and those its body
+    brings (a Celery task's own ``time_limit``/``soft_time_limit``)."""
+    own = None if step.timeout_ms is None else TimeLimits(hard=step.timeout_ms / 1000)
+    brought = body.time_limits(step) if brings_limits(body) else None
+    if own is None:
+        return brought
+    return own.tighter(brought)
+
+
+def _run_limited(
+    engine: WorkflowEngine, step: StepState, body: StepBody, limits: TimeLimits | None
+) -> tuple[StepOutcome, bool]:
+    """The body (in the step's transaction if it asks for one) under its
+    limits: past the hard one, the attempt fails, counting against its retries."""
+
+    done: list[tuple[StepOutcome, bool]] = []
+
+    def run() -> tuple[StepOutcome, bool]:
+        if _wants_transaction(body, step):
+            done.append(_run_in_transaction(engine, step, body))
+        else:
+            done.append((_run_body(engine, step, body), False))
+        return done[-1]
+
+    if limits is None:
+        return run()
+    try:
+        return WATCHER.run(limits, run)
+    except StepTimeLimitExceeded:
+        if done and done[-1][1]:
+            return done[-1]  # committed just before the limit: the store has its outcome
+        limit = f" of {limits.hard:g} s" if limits.hard is not None else ""
+        err = WorkflowStepTimeoutError(
+            f"step {step.name!r} attempt {step.attempt} ran past its time limit{limit} "
+            "and was stopped"
+        )
+        return _run_failed(step, err), False
 
 
 def _wants_transaction(body: StepBody, step: StepState) -> bool:
@@ -301,7 +367,7 @@ def _run_failed(step: StepState, exc: Exception) -> StepOutcome:
     if isinstance(exc, PayloadError):  # a result that cannot be stored: not retried
         return _outcome(step, ok=False, error=error_info(exc))
     if isinstance(exc, FinalStepError):
-        return _outcome(step, ok=False, error=error_info(exc.exc))
+        return _outcome(step, ok=False, error={**error_info(exc.exc), **exc.details})
     if isinstance(exc, RetryStep):
         wait = exc.countdown if exc.countdown is not None else retry_delay(step)
         cause = exc.exc or exc

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..store.base import WorkflowStore
+from ..ports.store import WorkflowStore
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ class StepHolding:
     renewals: int = 0
     deadline: float = 0.0  # monotonic: when the last granted lease ends
     dropped: bool = False
+    renew_until: float = float("inf")  # monotonic: its time limit; a hung body is not kept alive
 
 
 class StepLeaseKeeper:
@@ -78,6 +79,12 @@ class StepLeaseKeeper:
                 heapq.heapify(self._heap)
                 self._dropped = 0
 
+    def kept(self) -> list[StepHolding]:
+        """The holdings the keeper keeps now: those it renews, and dropped ones
+        not forgotten yet (a drop is forgotten lazily, in bulk)."""
+        with self._cond:
+            return [entry[2] for entry in self._heap]
+
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
             return
@@ -108,6 +115,15 @@ class StepLeaseKeeper:
     def _renew(self, holding: StepHolding) -> float | None:
         started = time.monotonic()
         half = holding.lease_ms / 2000
+        if started >= holding.renew_until:
+            # Its body ran past its time limit and has not ended: the lease
+            # lapses, and the sweep hands the step to another attempt.
+            log.warning(
+                "step %s attempt %d ran past its time limit: its lease is no longer renewed",
+                holding.step_id,
+                holding.attempt,
+            )
+            return None
         try:
             ok = self._store.refresh_step_lease(
                 holding.step_id, holding.attempt, holding.lease_ms, holding.claim_id

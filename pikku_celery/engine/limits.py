@@ -42,7 +42,19 @@ class Limits:
     max_result_bytes: int = 10_000_000
     """The largest step result, as compact JSON (the store's own ceiling may be lower)."""
 
+    resume_max_bodies: int = 256
+    """Parked bodies a worker thread holds for their runs' next passes (see
+    :mod:`pikku_celery.engine.resume`); 0 replays every pass from the top."""
+
+    resume_max_steps: int = 1_000_000
+    """Recorded steps the parked bodies of a worker thread may index in all:
+    the bound on their memory, which grows with the steps (and results) they hold."""
+
     def __post_init__(self) -> None:
+        for name in ("resume_max_bodies", "resume_max_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
         for name in (
             "max_steps_per_run",
             "max_children_per_run",

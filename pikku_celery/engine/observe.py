@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, TypeVar
 
-from ..store.model import RunState, StepOutcome, StepState
+from ..model.values import RunState, StepOutcome, StepState
 
 if TYPE_CHECKING:
     from .sweep import SweepReport

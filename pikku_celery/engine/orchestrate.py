@@ -6,7 +6,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..errors import (
-    CorruptValueError,
     LeaseLostError,
     LeaseTakenError,
     PikkuError,
@@ -15,12 +14,17 @@ from ..errors import (
     WorkflowStepSupersededError,
 )
 from ..lease import hold_lease
-from ..payload import UnreadableValue
-from ..store.model import AdvanceResult, Decision, NewRun, RunStatus, RunView, StepOutcome
+from ..model.plan import PassView
+from ..model.values import AdvanceResult, Decision, NewRun, RunStatus, RunView, StepOutcome
 from .blocked import rewake_blocked
 from .choose import bodies_for, replay_on
+from .concurrency import left, queued_wakeup
+from .deadline import overdue, timed_out, wake_by_deadline
 from .observe import Carrier
+from .passes import start_pass, take_pass
+from .readable import check_readable as check_readable  # the deploy check's too
 from .replay import cancelled, error_info
+from .resume import forget
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -43,13 +47,14 @@ def advance(
     reason: str = "",
     offer: EagerOffer | None = None,
     start: NewRun | None = None,
+    known: PassView | None = None,
 ) -> AdvanceResult | None:
     """One pass in one transaction, then its messages. None if superseded.
 
-    With ``offer``, one new step this worker can run now is written claimed
-    by it instead of published (``AdvanceResult.eager``), unless the
-    workflow opts out of eager steps. With ``start``, the run ``start`` is
-    created by this pass (in one write where the store can).
+    With ``offer``, one new step this worker can run now is written claimed by it
+    instead of published (``AdvanceResult.eager``), unless the workflow opts out of
+    eager steps. With ``start``, the run ``start`` is created by this pass (in one
+    write where the store can). ``known``: the run as ``outcome``'s claim saw it.
 
     A pass that cannot be decided or stored for a reason every replay would
     meet again (a name no database stores, an unreadable stored value, a
@@ -63,9 +68,10 @@ def advance(
         previous_wake.append(view.run.wake_at)
         if view.run.cancel_requested:
             return cancelled(view)  # even a run whose workflow or values are unreadable
+        if overdue(view):
+            return timed_out(view)  # the same: its deadline does not wait for its code
         try:
             bodies = bodies_for(engine, view)
-            check_readable(view)
             workflow, decision = replay_on(engine, bodies, view)
         except UnknownWorkflowError as exc:
             if outcome is None:
@@ -74,19 +80,16 @@ def advance(
             unknown.append(exc)
             return Decision()
         if offer is not None and workflow.eager_steps:
-            offer.choose(decision)
-        return decision
+            decision = offer.choose(decision)
+        return wake_by_deadline(view, decision)
 
     result: AdvanceResult | None = None
+    store, runs = engine.store, engine.known_runs
     try:
         if start is not None:
-            starts = engine.capabilities.starts
-            if starts is not None:
-                result = starts.start_run(start, decide)
-            else:
-                engine.store.create_run(start)
-        if result is None:
-            result = engine.store.advance(run_id, outcome, decide)
+            result = start_pass(store, engine.capabilities.starts, start, decide, runs)
+        else:
+            result = take_pass(store, run_id, outcome, decide, known, runs)
     except WorkflowStepSupersededError as exc:
         log.warning("refused a superseded outcome: %s", exc)
         engine.observers.write_refused(exc.step_id, exc.attempt, exc.claim_lost)
@@ -111,6 +114,9 @@ def advance(
         engine.store.mark_blocked(run_id, str(unknown[-1]))
         log.warning("run %s: step outcome kept, run left blocked: %s", run_id, unknown[-1])
     publish(engine, result, previous_wake[0] if previous_wake else None, reason)
+    if result.decision is not None and result.run.status.terminal:
+        left(engine, result.run)  # its concurrency slot, if it holds one
+        forget(run_id)  # a body parked here (a cancel or a deadline ends it unresumed)
     if engine.observers and result.decision is not None and result.run.status.terminal:
         engine.observers.run_settled(result.run)
     return result
@@ -130,25 +136,13 @@ def _fail_run(
         return Decision(run_status=RunStatus.FAILED, error=error)
 
     try:
-        return engine.store.advance(run_id, outcome, fail)
+        return take_pass(engine.store, run_id, outcome, fail)
     except WorkflowStepSupersededError as superseded:
         log.warning("refused a superseded outcome: %s", superseded)
         engine.observers.write_refused(
             superseded.step_id, superseded.attempt, superseded.claim_lost
         )
         return None
-
-
-def check_readable(view: RunView) -> None:
-    """Refuse to replay over a stored value that is not JSON (an edited row, or
-    one nested too deep to decode), naming its run, step and column, rather
-    than hand the body a stand-in."""
-    values: list[object] = [view.run.input, *view.signals.values()]
-    for step in view.steps:
-        values += (step.result, step.error, step.args, step.kwargs)
-    for value in values:
-        if isinstance(value, UnreadableValue):
-            raise CorruptValueError(f"{value.where} holds invalid JSON {value.text[:200]!r}")
 
 
 def publish(
@@ -189,6 +183,9 @@ def orchestrate(
         log.warning("orchestrate: no workflow run %s", run_id)
         return
     if run.status.terminal:
+        return
+    if run.status == RunStatus.QUEUED:
+        queued_wakeup(engine, run)  # nothing runs before its key admits it
         return
     with engine.observers.passing(run, reason, trace):
         try:

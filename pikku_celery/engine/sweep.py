@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import LeaseLostError, LeaseTakenError
 from ..lease import hold_lease
-from ..store.model import StepKind, StepState
+from ..model.values import StepKind, StepState
+from .admission import heal_slots
 
 if TYPE_CHECKING:
     from .core import WorkflowEngine
@@ -37,12 +38,22 @@ class SweepReport:
     resent: int = 0  # scheduled steps whose message may be lost
     due: int = 0  # timers, signal timeouts and retries that came due
     idle: int = 0  # runs with nothing in flight and no progress
+    admitted: int = 0  # queued runs given the concurrency slot a settled run left
+    overdue: int = 0  # runs past their deadline: woken, so that their pass fails them
     skipped: bool = False  # another sweep held the sweep lease
 
     @property
     def total(self) -> int:
         """Everything the sweep acted on (the log line is written only when non-zero)."""
-        return self.requeued_lapsed + self.expired + self.resent + self.due + self.idle
+        return (
+            self.requeued_lapsed
+            + self.expired
+            + self.resent
+            + self.due
+            + self.idle
+            + self.admitted
+            + self.overdue
+        )
 
 
 SWEEP_MAX_PAGES = 50
@@ -130,3 +141,17 @@ def _sweep(engine: WorkflowEngine, limit: int, max_pages: int, report: SweepRepo
             continue
         dispatcher.wake_run(run.id, reason="idle")
         report.idle += 1
+    report.admitted += heal_slots(engine, limit, grace_ms)
+    # Runs past their deadline: their pass fails them. Each is backed off
+    # like an idle run, which takes it out of the next page's read.
+    swept: set[str] = set()
+    for _ in range(max_pages):
+        overdue = store.overdue_runs(limit)
+        fresh = [r.id for r in overdue if r.id not in swept]
+        swept.update(fresh)
+        for run_id in fresh:
+            if store.note_swept(run_id, backoff_ms, max_backoff_ms):
+                wake(run_id, "deadline")
+                report.overdue += 1
+        if not fresh or len(overdue) < limit:
+            break

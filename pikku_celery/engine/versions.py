@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import PayloadError, UnknownWorkflowVersionError
+from ..model.values import Decision, RunState, RunStatus
 from ..names import check_name
-from ..store.model import Decision, RunState, RunStatus
 
 if TYPE_CHECKING:
     from .workflow import Workflow, WorkflowRegistry

@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, overload
 from typing_extensions import TypeVar
 
 from ..errors import UnknownWorkflowError
-from ..store.model import JSON
+from ..model.values import JSON
 from .versions import explicit_version, source_version, version_order
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from .concurrency import Concurrency
     from .context import Context
     from .core import WorkflowEngine
     from .handle import RunHandle
@@ -51,10 +54,17 @@ class Workflow(Generic[In, Out]):
         version: str | int | None = None,
         *,
         eager_steps: bool = True,
+        concurrency: Concurrency | None = None,
+        timeout_ms: int | None = None,
     ) -> None:
         self.engine = engine
         self.eager_steps = eager_steps
         """Whether its steps may run eagerly (``@pikku.workflow(eager_steps=False)``)."""
+        self.timeout_ms = timeout_ms
+        """Each run's deadline, this long after it starts (``@pikku.workflow(timeout=)``)."""
+        self.concurrency = concurrency
+        """How many of its runs may run at once per key (None: no limit); see
+        :class:`~pikku_celery.Concurrency`."""
         # Final: read-only to the type checker, which is what makes In/Out's variance sound.
         self.fn: Final = fn
         self.name = name
@@ -82,21 +92,37 @@ class Workflow(Generic[In, Out]):
         return self.fn(ctx, input) if self._takes_input else self.fn(ctx)
 
     @overload
-    def start(self, input: In, *, idempotency_key: str | None = None) -> RunHandle[Out]: ...
+    def start(
+        self,
+        input: In,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> RunHandle[Out]: ...
 
     @overload
     def start(
-        self: Workflow[None, Out], *, idempotency_key: str | None = None
+        self: Workflow[None, Out],
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
     ) -> RunHandle[Out]: ...
 
-    def start(self, input: Any = None, *, idempotency_key: str | None = None) -> RunHandle[Out]:
+    def start(
+        self,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> RunHandle[Out]:
         """Start a run; with an ``idempotency_key`` already used, the first run.
 
         ``input`` may be left out only when the workflow's input may be None.
         A new run starts on the newest version registered under this name,
-        whichever version's object it is called on.
+        whichever version's object it is called on. ``timeout`` overrides
+        the workflow's own deadline for this run.
         """
-        return self.engine.start(self, input, idempotency_key=idempotency_key)
+        return self.engine.start(self, input, idempotency_key=idempotency_key, timeout=timeout)
 
     def __repr__(self) -> str:
         shown = f" version {self.version}" if self.pinned else ""

@@ -3,7 +3,7 @@
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy_attributes
-from .base import TTL, Lease, LeaseService, ttl_millis, ttl_seconds
+from ..ports.lease import TTL, Lease, LeaseService, ttl_millis, ttl_seconds
 from .hold import HeldLease, hold_lease
 from .memory import InMemoryLeaseService
 

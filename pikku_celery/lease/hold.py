@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..errors import LeaseLostError, LeaseTakenError
-from .base import TTL, Lease, LeaseService, ttl_seconds
+from ..ports.lease import TTL, Lease, LeaseService, ttl_seconds
 
 log = logging.getLogger(__name__)
 

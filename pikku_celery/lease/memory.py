@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .base import TTL, Lease, ttl_millis
+from ..ports.lease import TTL, Lease, ttl_millis
 
 
 def _now_ms() -> int:
@@ -70,6 +70,15 @@ class InMemoryLeaseService:
             entry = self._entries.get(lease.key)
             if entry and entry.holder == lease.holder and entry.token == lease.token:
                 entry.expires_ms = 0
+
+    def lapse(self, key: str) -> None:
+        """End the live lease on ``key`` now, keeping its token: what the
+        store sees once a dead holder's lease has expired, without waiting
+        for it (the next grant is a change of hands, token + 1)."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.expires_ms > 1:
+                entry.expires_ms = 1
 
     def get(self, key: str) -> Lease | None:
         with self._lock:

@@ -46,7 +46,7 @@ try:
 except ImportError as exc:
     raise MissingExtraError("RedisLeaseService", "redis", exc.name) from None
 
-from .base import TTL, Lease, ttl_millis
+from ..ports.lease import TTL, Lease, ttl_millis
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -117,7 +117,7 @@ class _Script:
     """A Lua script run by ``EVALSHA``, loaded again if the server forgot it.
 
     (redis-py's ``Script`` does the same with a little more work per call.)
-    ``pack`` builds the whole command as RESP bytes, for :class:`_Line`.
+    ``pack`` builds the whole command as RESP bytes, for :class:`Line`.
     """
 
     def __init__(self, client: redis.Redis | redis.RedisCluster, source: str, numkeys: int) -> None:
@@ -167,7 +167,7 @@ _NAME_CHECKOUT = (
 )
 
 
-class _Line:
+class Line:
     """The service's own connection from the client's pool, one caller at a time.
 
     Taken on first use and kept, so a call skips the pool's checkout (a lock
@@ -207,6 +207,7 @@ class _Line:
                 conn.disconnect()
 
     def close(self) -> None:
+        """Give the line's connection back to the pool (the next call takes one anew)."""
         with self.lock:
             conn, self.conn = self.conn, None
         if conn is not None:
@@ -218,7 +219,7 @@ class _Line:
         self.lock = threading.Lock()
 
 
-_LINES: weakref.WeakSet[_Line] = weakref.WeakSet()
+_LINES: weakref.WeakSet[Line] = weakref.WeakSet()
 
 
 def _forget_lines() -> None:
@@ -244,7 +245,7 @@ class RedisLeaseService:
     not decode responses. On a ``redis.Redis`` (unless its pool is a
     ``BlockingConnectionPool``, whose connections are counted out) the
     service keeps one connection of the pool for itself; ``close()`` gives
-    it back.
+    it back (:attr:`line`).
     """
 
     def __init__(self, client: redis.Redis | redis.RedisCluster, namespace: str = "pikku") -> None:
@@ -257,27 +258,31 @@ class RedisLeaseService:
         self._refresh = _Script(client, _REFRESH, 1)
         self._release = _Script(client, _RELEASE, 1)
         self._get = _Script(client, _GET, 1)
-        self._line: _Line | None = None
+        self.line: Line | None = None
+        """The connection the service keeps for itself (None on a blocking
+        pool or a cluster): ``line.conn`` is None until first used and after
+        ``close()``; a caller holding ``line.lock`` sends calls through the
+        client instead."""
         self._encoding = ("utf-8", "strict")
         if isinstance(client, redis.Redis):
             pool = client.connection_pool
             if not isinstance(pool, BlockingConnectionPool):
                 encoder = client.get_encoder()
                 self._encoding = (encoder.encoding, encoder.encoding_errors)
-                self._line = _Line(pool)
-                weakref.finalize(self, self._line.close)
+                self.line = Line(pool)
+                weakref.finalize(self, self.line.close)
 
     def close(self) -> None:
         """Give the service's own connection back and close the client's idle
         connections (it reconnects if used again; connections in use elsewhere
         are left alone)."""
-        if self._line is not None:
-            self._line.close()
+        if self.line is not None:
+            self.line.close()
         if isinstance(self._client, redis.Redis):
             self._client.connection_pool.disconnect(inuse_connections=False)
 
     def _call(self, script: _Script, *keys_and_args: str | int) -> Any:
-        line = self._line
+        line = self.line
         if line is not None and line.lock.acquire(blocking=False):
             try:
                 packed = script.pack(keys_and_args, *self._encoding)

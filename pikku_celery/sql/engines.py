@@ -13,26 +13,14 @@ from sqlalchemy import event
 
 from ..errors import StoreError
 from ..extras import extra_for, install_hint
+from .dialect import now_ms_sql
 
-
-def now_ms_sql(dialect_name: str) -> str:
-    """SQL for 'now' in epoch milliseconds on the database's own clock.
-
-    PostgreSQL: ``clock_timestamp()`` (``now()`` is frozen per transaction).
-    MySQL/MariaDB: ``UTC_TIMESTAMP(6)``, which ignores the session time zone.
-    SQLite: the host clock (SQLite is single-host by nature).
-    """
-    if dialect_name == "postgresql":
-        return "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)"
-    if dialect_name in ("mysql", "mariadb"):
-        return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
-    if dialect_name == "sqlite":
-        return "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
-    raise ValueError(f"unsupported database dialect: {dialect_name}")
+__all__ = ["READ_ONLY_OPTION", "create_sqlite_engine", "make_engine", "now_ms_expr", "now_ms_sql"]
 
 
 def now_ms_expr(dialect_name: str) -> sa.ColumnElement[int]:
-    """:func:`now_ms_sql` as a typed SQLAlchemy expression."""
+    """:func:`~.dialect.now_ms_sql` as a typed SQLAlchemy expression (a
+    :class:`~.dialect.Dialect` carries it as ``now_ms``)."""
     return sa.literal_column(now_ms_sql(dialect_name), sa.BigInteger())
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..store.model import RunStatus, Settled
+from ..model.values import RunStatus, Settled
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def read_notice(payload: str) -> tuple[str, Settled | None]:
 
 
 class Watch:
-    """One waiter's registration (see :class:`pikku_celery.store.base.SettleWatch`)."""
+    """One waiter's registration (see :class:`pikku_celery.ports.store.SettleWatch`)."""
 
     def __init__(self, listener: SettleListener, run_id: str) -> None:
         self._listener = listener

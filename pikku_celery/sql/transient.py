@@ -10,6 +10,8 @@ import sqlalchemy as sa
 ROLLED_BACK_STATES = frozenset({"40P01", "40001"})
 # MySQL/MariaDB: deadlock victim, lock wait timeout.
 ROLLED_BACK_CODES = frozenset({1213, 1205})
+# MySQL/MariaDB: SAVEPOINT ... does not exist.
+SAVEPOINT_GONE = 1305
 
 
 def rolled_back(exc: BaseException) -> bool:
@@ -23,3 +25,13 @@ def rolled_back(exc: BaseException) -> bool:
         return True
     args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
     return bool(args) and args[0] in ROLLED_BACK_CODES
+
+
+def savepoint_lost(exc: BaseException) -> bool:
+    """The database rolled the whole transaction back under a savepoint (a
+    MySQL/MariaDB deadlock victim inside it), so releasing the savepoint
+    failed: run the transaction again, as for any deadlock victim."""
+    if not isinstance(exc, sa.exc.DBAPIError):
+        return False
+    args: tuple[Any, ...] = tuple(getattr(exc.orig, "args", ()))
+    return bool(args) and args[0] == SAVEPOINT_GONE

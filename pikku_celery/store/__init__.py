@@ -3,9 +3,8 @@
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy_attributes
-from .base import Decide, WorkflowStore
-from .memory import InMemoryWorkflowStore
-from .model import (
+from ..model.cursor import COUNT_CAP, RunCursor
+from ..model.values import (
     JSON,
     AdvanceResult,
     AttemptState,
@@ -28,13 +27,17 @@ from .model import (
     StepStatus,
     step_id_for,
 )
+from ..ports.store import Decide, WorkflowStore
+from .memory import InMemoryWorkflowStore
 
 if TYPE_CHECKING:
     from .sql import SQLWorkflowStore
+    from .sql_for import store_for
 
-_LAZY = {"SQLWorkflowStore": ".sql"}
+_LAZY = {"SQLWorkflowStore": ".sql", "store_for": ".sql_for"}
 
 __all__ = [
+    "COUNT_CAP",
     "JSON",
     "AdvanceResult",
     "AttemptState",
@@ -49,6 +52,7 @@ __all__ = [
     "NewRun",
     "NewStep",
     "Operator",
+    "RunCursor",
     "RunState",
     "RunStatus",
     "RunView",
@@ -60,6 +64,7 @@ __all__ = [
     "StepStatus",
     "WorkflowStore",
     "step_id_for",
+    "store_for",
 ]
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

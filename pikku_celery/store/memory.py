@@ -7,6 +7,7 @@ share mutable state with the store, exactly as with a database.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,31 +20,26 @@ from ..errors import (
     StoreError,
     WorkflowStepFunctionMismatchError,
 )
-from ..payload import loads, normalise
-from .base import Decide
-from .changes import (
-    eager_claim_of,
+from ..model.changes import (
     fence_holds,
     new_claim_id,
-    run_after_pass,
     run_created,
+    step_after_outcome,
     step_claimed,
-    step_created,
-    step_created_claimed,
-    step_parked_on_child,
+    step_closed,
     step_resolved,
     superseded,
 )
-from .model import (
+from ..model.cursor import COUNT_CAP, RunCursor
+from ..model.plan import Moved, ParentSettle, PassView, PassWrite
+from ..model.values import (
     BROKER,
-    EAGER,
     JSON,
     AdvanceResult,
     AttemptState,
     AttemptStatus,
     AuditAction,
     AuditEntry,
-    Decision,
     Delivery,
     ErrorInfo,
     NewRun,
@@ -56,26 +52,24 @@ from .model import (
     StepState,
     StepStatus,
 )
+from ..payload import loads, normalise
+from . import events
+from .memory_pages import MemoryPages
+from .memory_sweep import MemorySweep
+from .plain_claim import PlainClaim
 from .rules import (
-    EncodedStep,
     check_resent,
-    child_outcome,
-    encode_decision,
     lease_expired_error,
     lease_lapsed,
-    run_cancelled_error,
-    step_after_outcome,
-    step_closed,
-    sweep_backoff_ms,
-    sweep_order,
 )
+from .slots_memory import MemoryConcurrencySlots
 
 
 def _process_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class InMemoryWorkflowStore:
+class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
     """A :class:`WorkflowStore` for one process; thread-safe."""
 
     def __init__(self, clock: Callable[[], int] = _process_clock_ms) -> None:
@@ -90,10 +84,18 @@ class InMemoryWorkflowStore:
         # the sweep's per-step backoff: step id -> (next_sweep_at, sweep_count)
         self._step_sweeps: dict[str, tuple[int, int]] = {}
         self._audit: list[AuditEntry] = []
+        self._audit_ids = itertools.count(1)  # never reused, pruned or not
+        self._slots: MemoryConcurrencySlots | None = None
 
     # --- clock ---------------------------------------------------------------
     def now_ms(self) -> int:
         return self._clock()
+
+    def concurrency_slots(self) -> MemoryConcurrencySlots:
+        """Its concurrency slots (see :mod:`.slots`), under the same lock."""
+        if self._slots is None:
+            self._slots = MemoryConcurrencySlots(self)
+        return self._slots
 
     # --- runs ----------------------------------------------------------------
     def create_run(self, new: NewRun) -> tuple[RunState, bool]:
@@ -131,6 +133,7 @@ class InMemoryWorkflowStore:
         until: int | None = None,
         limit: int = 50,
         offset: int = 0,
+        before: RunCursor | None = None,
     ) -> list[RunState]:
         with self._lock:
             runs = [
@@ -140,6 +143,7 @@ class InMemoryWorkflowStore:
                 and (workflow is None or r.workflow == workflow)
                 and (since is None or r.created_at >= since)
                 and (until is None or r.created_at < until)
+                and (before is None or before.admits(r))
             ]
         runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return runs[offset : offset + limit]
@@ -205,7 +209,7 @@ class InMemoryWorkflowStore:
         kept = normalise(details or {}, f"{action} of run {run_id}", "details")
         with self._lock:
             entry = AuditEntry(
-                len(self._audit) + 1,
+                next(self._audit_ids),
                 run_id,
                 AuditAction(action),
                 operator.actor,
@@ -245,6 +249,17 @@ class InMemoryWorkflowStore:
                 ):
                     counts[r.status] += 1
         return counts
+
+    def count_runs_capped(
+        self,
+        *,
+        cap: int = COUNT_CAP,
+        workflow: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> dict[RunStatus, int]:
+        counts = self.count_runs_by_status(workflow=workflow, since=since, until=until)
+        return {status: min(n, cap + 1) for status, n in counts.items()}
 
     def count_steps_by_status(self) -> dict[StepStatus, int]:
         counts = dict.fromkeys(StepStatus, 0)
@@ -301,6 +316,10 @@ class InMemoryWorkflowStore:
         """The step, or None if there is no step with that id."""
         with self._lock:
             return self._steps.get(step_id)
+
+    def event_steps(self, run_id: str, key: str | None = None) -> list[StepState]:
+        """The run's progress events (of ``key``, or of every key), in order."""
+        return events.of_key(self.get_steps(run_id), key)
 
     def get_attempts(self, run_id: str) -> list[AttemptState]:
         with self._lock:
@@ -425,7 +444,11 @@ class InMemoryWorkflowStore:
             self._fail(self._fenced(step_id, attempt, claim_id), err, retry_delay)
 
     def _fail(
-        self, step: StepState, err: ErrorInfo, retry_delay: float | None, now: int | None = None
+        self,
+        step: StepState,
+        err: ErrorInfo | None,
+        retry_delay: float | None,
+        now: int | None = None,
     ) -> None:
         now = self._clock() if now is None else now
         failed = StepOutcome(step.id, step.attempt, ok=False, error=err, retry_delay=retry_delay)
@@ -467,138 +490,79 @@ class InMemoryWorkflowStore:
                 self._steps[sid] = replace(step, status=status, scheduled_at=now)
 
     # --- the orchestration pass ---------------------------------------------
-    def advance(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> AdvanceResult:
-        # As the SQL store: read, decide with the lock released (the body is
-        # user code), then apply if no pass landed in between, else again.
-        while True:
-            with self._lock:
-                run = self._run(run_id)
-                stored = outcome
-                if outcome is not None:
-                    fenced = self._fenced(outcome.step_id, outcome.attempt, outcome.claim_id)
-                    where = f"step {fenced.name!r}"
-                    stored = replace(
-                        outcome,
-                        result=normalise(outcome.result, where, "result"),
-                        error=normalise(outcome.error, where, "error"),
-                    )
-                if run.status.terminal and outcome is None:
-                    return AdvanceResult(run=run, steps=[], decision=None)
-                now = self._clock()
-                steps = self.get_steps(run_id)
-                signals = dict(self._signals[run_id])
-            if stored is not None:
-                steps = [
-                    step_after_outcome(s, stored, now) if s.id == stored.step_id else s
-                    for s in steps
-                ]
-            decision = None
-            if not run.status.terminal:
-                view = RunView(run=run, steps=steps, signals=signals, now=now)
-                decision = decide(view)
-            with self._lock:
-                if self._run(run_id).version != run.version:
-                    continue
-                saved = None
-                if outcome is not None:
-                    sid = outcome.step_id
-                    saved = (sid, self._steps.get(sid), list(self._attempts.get(sid, [])))
-                    self._apply_outcome(outcome, now)
-                if decision is None:
-                    return AdvanceResult(run=run, steps=[], decision=None)
-                try:
-                    return self._apply_decision(run, view, decision)
-                except BaseException:
-                    # As a database would roll back: a pass that fails writes nothing.
-                    if saved is not None and saved[1] is not None:
-                        self._steps[saved[0]] = saved[1]
-                        self._attempts[saved[0]] = saved[2]
-                    raise
+    def read_pass(
+        self, run_id: str, known: PassView | None = None, optimistic: bool = False
+    ) -> PassView:
+        with self._lock:
+            run = self._run(run_id)
+            steps, signals = self.get_steps(run_id), dict(self._signals[run_id])
+            return PassView(RunView(run=run, steps=steps, signals=signals, now=self._clock()))
 
-    def _apply_outcome(self, outcome: StepOutcome, now: int) -> None:
-        """The fenced outcome on the pass's clock ``now``, as the pass's view shows it."""
-        step = self._fenced(outcome.step_id, outcome.attempt, outcome.claim_id)
-        where = f"step {step.name!r}"
-        if outcome.ok:
-            self._complete(step, normalise(outcome.result, where, "result"), now)
-        else:
-            self._fail(step, normalise(outcome.error, where, "error"), outcome.retry_delay, now)
+    def write_pass(self, read: PassView, plan: PassWrite) -> AdvanceResult | Moved:
+        with self._lock:
+            if self._run(plan.run.id).version != plan.version:
+                return Moved(plan.run.id)
+            return self._write(plan)
 
-    def _apply_decision(self, run: RunState, view: RunView, decision: Decision) -> AdvanceResult:
-        # Everything is checked before anything is written: a pass is atomic.
-        encoded = encode_decision(run, {s.id: s.name for s in view.steps}, decision)
-        now = view.now
-        publish: list[StepState] = []
-        for enc in encoded.resolutions:
-            res = enc.resolution
-            step = self._steps[res.step_id]
+    def _write(self, plan: PassWrite) -> AdvanceResult:
+        """Apply ``plan`` to the dicts, as the SQL store's statements write it
+        (the caller holds the lock and checked the run's version)."""
+        now = plan.now
+        if plan.outcome is not None:
+            done = plan.outcome.outcome
+            step = self._fenced(done.step_id, done.attempt, done.claim_id)
+            if done.ok:
+                self._complete(step, done.result, now)
+            else:
+                self._fail(step, done.error, done.retry_delay, now)
+        if plan.decision is None:
+            return plan.landed([], False)
+        for res in plan.resolved:
+            step = self._steps[res.step.id]
             if step.settled:
                 continue
-            result = loads(enc.result)
-            error = loads(enc.error)
-            self._steps[step.id] = step_resolved(step, res.ok, result, error, now)
-            if step.kind == StepKind.CHILD:
-                self._set_attempt(
-                    step.id,
-                    step.attempt,
-                    status=AttemptStatus.SUCCEEDED if res.ok else AttemptStatus.FAILED,
-                    result=result,
-                    error=error,
-                    finished_at=now,
-                )
-        children: list[str] = []
-        eager = None
-        for enc_step in encoded.steps:
-            step = self._insert_step(run, enc_step, now)
-            claim = eager_claim_of(decision.eager, enc_step.new)
-            if claim is not None:
-                step = eager = self._steps[step.id] = step_created_claimed(step, claim, now)
-                self._attempts[step.id] = [
-                    AttemptState(
-                        step.id,
-                        step.attempt,
-                        AttemptStatus.RUNNING,
-                        worker=step.worker,
-                        started_at=now,
-                        claim_id=step.claim_id,
-                        dispatch=EAGER,
-                        task_id=None if claim.delivery is None else claim.delivery.task_id,
-                        node=None if claim.delivery is None else claim.delivery.node,
-                    )
-                ]
-            elif step.kind == StepKind.TASK and step.status == StepStatus.SCHEDULED:
-                publish.append(step)
-            if step.child_run_id is not None:
-                children.append(step.child_run_id)
-        for sid in decision.redispatch:
-            step = self._steps[sid]
-            self._steps[sid] = replace(step, scheduled_at=now)
-            publish.append(self._steps[sid])
-        if decision.run_status == RunStatus.CANCELLED:
-            self._close_live(run.id, now)
-        for child_id in decision.cancel_children:
+            ok = res.step.status == StepStatus.SUCCEEDED
+            self._steps[step.id] = step_resolved(step, ok, res.step.result, res.step.error, now)
+            if res.attempt is not None:
+                self._end_attempt(step, res.attempt, res.step.result, res.step.error, now)
+        for row in plan.inserts:
+            if row.child is not None:
+                self._insert_run(row.child, loads(row.child_input))
+            self._steps[row.step.id] = row.step
+            self._run_steps[plan.run.id].append(row.step.id)
+            if row.attempt is not None:
+                self._attempts[row.step.id] = [row.attempt]
+        for sent in plan.redispatch:
+            self._steps[sent.id] = replace(self._steps[sent.id], scheduled_at=now)
+        if plan.close_open is not None:
+            self._close_live(plan.run.id, now, plan.close_open)
+        cancelled: list[str] = []
+        for child_id in plan.cancel_children:
             child = self._runs.get(child_id)
             if child is not None and not child.status.terminal and not child.cancel_requested:
                 self._touch_run(child, cancel_requested=True)
-                children.append(child_id)
-        parent_to_wake = None
-        output, error = loads(encoded.output), loads(encoded.error)
-        if decision.run_status is not None and decision.run_status.terminal:
-            parent_to_wake = self._settle_parent_step(run, decision, output, error)
-        new_run = run_after_pass(run, decision, output, error, now)  # one 'now' per pass
-        self._runs[run.id] = new_run
-        return AdvanceResult(
-            run=new_run,
-            steps=publish,
-            decision=decision,
-            parent_to_wake=parent_to_wake,
-            children_to_wake=children,
-            eager=eager,
+                cancelled.append(child_id)
+        woken = plan.parent is not None and self._settle_parent_step(plan.parent, now)
+        self._runs[plan.run.id] = plan.run
+        if plan.successor is not None:  # continue_as_new: in the same write
+            self._insert_run(plan.successor, loads(plan.successor_input))
+        return plan.landed(cancelled, woken)
+
+    def _end_attempt(
+        self,
+        step: StepState,
+        status: AttemptStatus,
+        result: JSON,
+        error: ErrorInfo | None,
+        now: int,
+    ) -> None:
+        self._set_attempt(
+            step.id, step.attempt, status=status, result=result, error=error, finished_at=now
         )
 
-    def _close_live(self, run_id: str, now: int) -> None:
-        """A cancelled run's open steps fail and its running attempts end cancelled."""
-        err = run_cancelled_error()
+    def _close_live(self, run_id: str, now: int, err: ErrorInfo) -> None:
+        """A cancelled (or timed out) run's open steps fail and its running
+        attempts end cancelled."""
         for sid in self._run_steps[run_id]:
             step = self._steps[sid]
             if step.status in (StepStatus.PENDING, StepStatus.SCHEDULED, StepStatus.RUNNING):
@@ -609,166 +573,18 @@ class InMemoryWorkflowStore:
                         sid, row.attempt, status=AttemptStatus.CANCELLED, error=err, finished_at=now
                     )
 
-    def _insert_step(self, run: RunState, enc: EncodedStep, now: int) -> StepState:
-        new, sid = enc.new, enc.id
-        step = step_created(run, enc, now)
-        if (
-            new.kind != StepKind.VALUE
-            and new.status != StepStatus.SUCCEEDED
-            and new.child is not None
-        ):
-            child = replace(
-                new.child, parent_run_id=run.id, parent_step_id=sid, depth=run.depth + 1
-            )
-            self._insert_run(child, loads(enc.child_input))
-            step = step_parked_on_child(step, child.id)
-            self._attempts[sid] = [
-                AttemptState(sid, 1, AttemptStatus.RUNNING, worker=None, started_at=now)
-            ]
-        self._steps[sid] = step
-        self._run_steps[run.id].append(sid)
-        return step
-
-    def _settle_parent_step(
-        self, run: RunState, decision: Decision, output: JSON, error: ErrorInfo | None
-    ) -> str | None:
-        if run.parent_run_id is None or run.parent_step_id is None:
-            return None
-        step = self._steps.get(run.parent_step_id)
-        parent = self._runs.get(run.parent_run_id)
+    def _settle_parent_step(self, settle: ParentSettle, now: int) -> bool:
+        """The parent's step, if it still waits on this child."""
+        step = self._steps.get(settle.step_id)
+        parent = self._runs.get(settle.run_id)
         if step is None or parent is None or step.status != StepStatus.RUNNING:
-            return None
-        if step.child_run_id != run.id:
-            return None
-        ok, result, error = child_outcome(run.id, replace(decision, output=output, error=error))
-        now = self._clock()
+            return False
+        if step.child_run_id != settle.child_run_id:
+            return False
+        ok, result, error = settle.ok, settle.result, settle.error
         self._steps[step.id] = step_resolved(step, ok, result, error, now)
-        self._set_attempt(
-            step.id,
-            step.attempt,
-            status=AttemptStatus.SUCCEEDED if ok else AttemptStatus.FAILED,
-            result=result,
-            error=error,
-            finished_at=now,
-        )
+        ended = AttemptStatus.SUCCEEDED if ok else AttemptStatus.FAILED
+        self._end_attempt(step, ended, result, error, now)
         if not parent.status.terminal:
             self._touch_run(parent)
-        return parent.id
-
-    # --- sweep ---------------------------------------------------------------
-    def _oldest_steps(
-        self, keep: Callable[[StepState, int], bool], age: Callable[[StepState], int], limit: int
-    ) -> list[StepState]:
-        """The sweep's scan: matching steps out of their backoff, in the
-        sweep's order (:func:`~.rules.sweep_order`), at most ``limit``."""
-        with self._lock:
-            now = self._clock()
-            found: list[tuple[int, StepState]] = []
-            for s in self._steps.values():
-                if not keep(s, now):
-                    continue
-                swept = self._step_sweeps.get(s.id)
-                order = sweep_order(0 if swept is None else swept[0], age(s), now)
-                if order is not None:
-                    found.append((order, s))
-        found.sort(key=lambda pair: pair[0])
-        return [s for _, s in found[:limit]]
-
-    def lapsed_steps(self, limit: int, bound_ms: int | None = None) -> list[StepState]:
-        return self._oldest_steps(
-            lambda s, now: (
-                s.status == StepStatus.RUNNING and lease_lapsed(s.lease_expires_at, now, bound_ms)
-            ),
-            lambda s: s.lease_expires_at or 0,
-            limit,
-        )
-
-    def undispatched_steps(self, older_than_ms: int, limit: int) -> list[StepState]:
-        def sent(s: StepState) -> int:
-            return s.scheduled_at if s.scheduled_at is not None else s.created_at
-
-        return self._oldest_steps(
-            lambda s, now: (
-                s.kind == StepKind.TASK
-                and s.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
-                and sent(s) <= now - older_than_ms
-            ),
-            sent,
-            limit,
-        )
-
-    def due_steps(self, limit: int) -> list[StepState]:
-        return self._oldest_steps(
-            lambda s, now: (
-                s.status in (StepStatus.SCHEDULED, StepStatus.FAILED)
-                and s.wake_at is not None
-                and s.wake_at <= now
-            ),
-            lambda s: s.wake_at or 0,
-            limit,
-        )
-
-    def idle_runs(self, idle_ms: int, limit: int) -> list[RunState]:
-        with self._lock:
-            cutoff = self._clock() - idle_ms
-            found = [
-                r
-                for r in self._runs.values()
-                if r.status == RunStatus.RUNNING
-                and r.updated_at <= cutoff
-                and all(self._steps[s].settled for s in self._run_steps[r.id])
-            ]
-        found.sort(key=lambda r: r.updated_at)
-        return found[:limit]
-
-    def mark_blocked(self, run_id: str, reason: str) -> None:
-        with self._lock:
-            run = self._runs.get(run_id)
-            if run is not None and not run.status.terminal:
-                self._runs[run_id] = replace(run, blocked=reason)
-
-    def waiting_by_queue(self, older_than_ms: int) -> list[tuple[str | None, int, int]]:
-        with self._lock:
-            now = self._clock()
-            found: dict[str | None, tuple[int, int]] = {}
-            for s in self._steps.values():
-                sent = s.scheduled_at if s.scheduled_at is not None else s.created_at
-                if (
-                    s.kind == StepKind.TASK
-                    and s.status in (StepStatus.PENDING, StepStatus.SCHEDULED)
-                    and sent <= now - older_than_ms
-                ):
-                    count, oldest = found.get(s.queue, (0, now))
-                    found[s.queue] = (count + 1, min(oldest, sent))
-        rows = [(q, count, now - oldest) for q, (count, oldest) in found.items()]
-        return sorted(rows, key=lambda r: (-r[1], -r[2], r[0] or ""))
-
-    def note_steps_swept(
-        self, step_ids: Sequence[str], backoff_ms: int, max_backoff_ms: int | None = None
-    ) -> None:
-        cap = backoff_ms if max_backoff_ms is None else max_backoff_ms
-        with self._lock:
-            now = self._clock()
-            for sid in step_ids:
-                if sid in self._steps:
-                    _, count = self._step_sweeps.get(sid, (0, 0))
-                    wait = sweep_backoff_ms(backoff_ms, count, cap)
-                    self._step_sweeps[sid] = (now + wait, count + 1)
-
-    def note_swept(self, run_id: str, backoff_ms: int, max_backoff_ms: int | None = None) -> bool:
-        with self._lock:
-            run = self._runs.get(run_id)
-            now = self._clock()
-            if run is None or run.status.terminal:
-                return False
-            if run.next_sweep_at is not None and run.next_sweep_at > now:
-                return False
-            wait = sweep_backoff_ms(
-                backoff_ms,
-                run.sweep_count,
-                backoff_ms if max_backoff_ms is None else max_backoff_ms,
-            )
-            self._runs[run_id] = replace(
-                run, next_sweep_at=now + wait, sweep_count=run.sweep_count + 1
-            )
-            return True
+        return True

@@ -2,7 +2,7 @@
 
 The version table is ``pikku_alembic_version`` so these migrations never
 clash with the application's own Alembic history. Users who prefer one
-Alembic environment can add :data:`pikku_celery.store.schema.metadata` to
+Alembic environment can add :data:`pikku_celery.sql.schema.metadata` to
 theirs instead.
 """
 
@@ -21,7 +21,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from .schema import metadata
+from ..sql.schema import metadata
 
 VERSION_TABLE = "pikku_alembic_version"
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"

@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..payload import read_stored
-from .model import (
+from ..model.plan import OutcomeWrite, Resolved
+from ..model.values import (
     AttemptState,
     AttemptStatus,
     AuditAction,
@@ -25,7 +25,8 @@ from .model import (
     StepState,
     StepStatus,
 )
-from .schema import step_table
+from ..payload import read_stored
+from ..sql.schema import step_table
 
 STEP_COLUMNS = tuple(c.name for c in step_table.c)
 
@@ -64,6 +65,10 @@ def run_from(row: Any, prefix: str = "") -> RunState:
         blocked=m[p + "blocked"],
         workflow_version=m[p + "workflow_version"],
         trace_context=read_stored(m[p + "trace_context"], _RUN_COLUMN, run_id, "trace_context"),
+        deadline_at=m[p + "deadline_at"],
+        # a pass's one-statement read leaves them out: they matter once a run ended
+        continued_as=m.get(p + "continued_as"),
+        continued_from=m.get(p + "continued_from"),
     )
 
 
@@ -98,6 +103,7 @@ def step_from(row: Any) -> StepState:
         updated_at=row.updated_at,
         route=read_stored(row.route, _STEP_COLUMN, run_id, name, "route"),
         claim_id=row.claim_id,
+        timeout_ms=row.timeout_ms,
     )
 
 
@@ -130,6 +136,7 @@ _STEP_ORDER = (
     "claim_id",
     "next_sweep_at",
     "sweep_count",
+    "timeout_ms",
 )
 if STEP_COLUMNS != _STEP_ORDER:  # a column added to the table must be added here too
     raise RuntimeError(f"steps_from unpacks {_STEP_ORDER}, the step table has {STEP_COLUMNS}")
@@ -179,6 +186,7 @@ def steps_from(rows: Iterable[Any]) -> list[StepState]:
         claim_id,
         _next_sweep_at,  # the sweep's own bookkeeping: not part of a step's state
         _sweep_count,
+        timeout_ms,
     ) in rows:
         decoded_args = _stored(args, run_id, name, "args")
         decoded_kwargs = _stored(kwargs, run_id, name, "kwargs")
@@ -209,6 +217,7 @@ def steps_from(rows: Iterable[Any]) -> list[StepState]:
                 updated_at=updated_at,
                 route=_stored(route, run_id, name, "route"),
                 claim_id=claim_id,
+                timeout_ms=timeout_ms,
             )
         )
     return steps
@@ -279,6 +288,7 @@ def step_params(step: StepState, args: str, kwargs: str, result: str | None) -> 
         "claim_id": step.claim_id,
         "next_sweep_at": 0,  # a new step: never re-sent by the sweep
         "sweep_count": 0,
+        "timeout_ms": step.timeout_ms,
     }
 
 
@@ -310,12 +320,15 @@ def attempt_params(
     }
 
 
-def run_params(new: NewRun, input_text: str) -> dict[str, Any]:
-    """A new run as insert parameters (its timestamps are the database's)."""
+def run_params(new: NewRun, input_text: str, now: int | None = None) -> dict[str, Any]:
+    """A new run as insert parameters (its timestamps are the database's).
+
+    ``now``, read from the database, places its deadline; without it the
+    caller places it (:func:`deadline_of`) once it has read the clock."""
     return {
         "id": new.id,
         "workflow": new.workflow,
-        "status": RunStatus.RUNNING.value,
+        "status": new.status.value,
         "input": input_text,
         "output": None,
         "error": None,
@@ -335,4 +348,75 @@ def run_params(new: NewRun, input_text: str) -> dict[str, Any]:
             if new.trace_context is None
             else json.dumps(new.trace_context, separators=(",", ":"))
         ),
+        "deadline_at": deadline_of(new, now),
+        "continued_as": None,
+        "continued_from": new.continued_from,
+    }
+
+
+def deadline_of(new: NewRun, created_at: int | None) -> int | None:
+    """When a run created at ``created_at`` (the store's clock) times out."""
+    if new.timeout_ms is None or created_at is None:
+        return None
+    return created_at + new.timeout_ms
+
+
+def attempt_row_params(attempt: AttemptState, run_id: str) -> dict[str, Any]:
+    """A pass's new attempt row (an eager claim, a child run's park) as
+    insert parameters, every column as :func:`attempt_params` writes them."""
+    return {
+        "step_id": attempt.step_id,
+        "attempt": attempt.attempt,
+        "run_id": run_id,
+        "status": attempt.status.value,
+        "worker": attempt.worker,
+        "result": None,
+        "error": None,
+        "started_at": attempt.started_at,
+        "finished_at": None,
+        "claim_id": attempt.claim_id,
+        "dispatch": attempt.dispatch,
+        "renewals": 0,
+        "renewed_at": None,
+        "task_id": attempt.task_id,
+        "node": attempt.node,
+    }
+
+
+def outcome_params(written: OutcomeWrite, now: int) -> dict[str, Any]:
+    """The binds of a fenced outcome write (``complete``, ``fail``, ``fail_retry``)."""
+    done = written.outcome
+    params: dict[str, Any] = {
+        "p_id": done.step_id,
+        "p_attempt": done.attempt,
+        "p_claim": done.claim_id,
+        "p_now": now,
+    }
+    if done.ok:
+        params["p_result"] = written.text
+    else:
+        params["p_error"] = written.text
+        params["p_delay_ms"] = written.delay_ms
+    return params
+
+
+def resolve_params(res: Resolved, now: int) -> dict[str, Any]:
+    """The binds of a step the pass settles (``resolve``)."""
+    step = res.step
+    return {
+        "p_id": step.id,
+        "p_status": step.status.value,
+        "p_result": res.result,
+        "p_error": res.error,
+        "p_now": now,
+    }
+
+
+def resolve_attempt_params(res: Resolved, now: int) -> dict[str, Any]:
+    """The binds of a settled child step's attempt (``resolve_attempt``)."""
+    assert res.attempt is not None
+    return {
+        **resolve_params(res, now),
+        "p_attempt": res.step.attempt,
+        "p_status": res.attempt.value,
     }

@@ -22,9 +22,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..errors import WorkflowStepFunctionMismatchError
+from ..model.plan import Claim, PassView, claim_view
 from ..sql.mysql_batch import Batch, BatchRunner, NamedRow, run_batch, takes_batches
 from ..sql.runner import Runner, SQLAlchemyRunner
-from .model import StepState
 from .rows import STEP_COLUMNS, step_from
 from .sql_optimistic import OptimisticSQLStore, PassShape
 from .statements_mysql import MySQLStatements
@@ -46,10 +46,13 @@ def _statements() -> MySQLStatements:
 
 
 class MySQLWorkflowStore(OptimisticSQLStore):
-    """The SQL store on MySQL/MariaDB (``SQLWorkflowStore(engine)`` picks it)."""
+    """The SQL store on MySQL/MariaDB (:func:`~.sql_for.store_for` picks it)."""
 
     creates_tables = False
     statements: MySQLStatements
+    prune_isolation = "READ COMMITTED"
+    """InnoDB's REPEATABLE READ keeps a locking read's lock on every row it
+    looked at, matched or not: a prune would hold a reopened run it passed over."""
 
     def _setup(self) -> None:
         super()._setup()
@@ -58,6 +61,7 @@ class MySQLWorkflowStore(OptimisticSQLStore):
         self._pass_batches: dict[PassShape, Batch] = {}
         self._view_batch: Batch | None = None
         self._start_batch: Batch | None = None
+        self._start_batches: dict[int, Batch] = {}  # with value steps beside
         self._value_ceiling: tuple[int, str] | None = None
 
     def max_value_bytes(self) -> tuple[int, str] | None:
@@ -117,9 +121,13 @@ class MySQLWorkflowStore(OptimisticSQLStore):
     def writes_passes(self) -> bool:
         return self.batched
 
-    def _start_write(self, params: dict[str, Any]) -> None:
+    def _start_write(self, params: dict[str, Any], values: int = 0) -> None:
         assert self._start_batch is not None  # only with batches (writes_passes)
-        self.runner.rows(self._start_batch, params)
+        batch = self._start_batches.get(values) if values else self._start_batch
+        if batch is None:
+            statements = self.statements.start_batch(values)
+            batch = self._start_batches[values] = Batch(self._engine.dialect, statements)
+        self.runner.rows(batch, params)
 
     def _read_pass_view(self, run_id: str) -> Sequence[Any]:
         batch = self._view_batch
@@ -139,10 +147,14 @@ class MySQLWorkflowStore(OptimisticSQLStore):
         [(pinned, fenced)] = self.runner.rows(batch, params)
         return pinned == 1, fenced == 1
 
-    def _claim(self, params: dict[str, Any]) -> StepState | None:
+    def _claim(self, params: dict[str, Any], known: PassView | None) -> Claim | None:
+        """One batch; the claim reads no run, so its pass starts from
+        ``known`` (the pass that scheduled the step) with the step as
+        claimed, on the claim's time: the pass's write is pinned to that
+        version. Without ``known``, the pass reads."""
         batch = self._claim_batch
         if batch is None:
-            return super()._claim(params)
+            return super()._claim(params, known)
         rows = self.runner.rows(batch, params)
         if not rows:
             return None
@@ -155,24 +167,10 @@ class MySQLWorkflowStore(OptimisticSQLStore):
                 )
             return None
         step = step_from(row)
-        self._keep_passed_view(step)
-        return step
-
-    def _keep_passed_view(self, step: StepState) -> None:
-        """The run as this store's pass that scheduled ``step`` left it, for
-        the claimed attempt's pass (its write is pinned to that version)."""
-        passed = self._passed.take(step.id)
-        if passed is None:
-            self._keep_view(step, None, [], 0, False, 0)
-            return
-        self._keep_view(
-            step,
-            passed.run,
-            passed.steps_claimed(step),
-            int(step.updated_at),  # the claim's time, on the database's clock
-            passed.has_signals,
-            passed.input_size,
-        )
+        if known is None or known.view.run.id != step.run_id:
+            return Claim(step)
+        # the claim's time, on the database's clock
+        return Claim(step, claim_view(known, step, int(step.updated_at)))
 
     def _fenced_write(
         self, conn: sa.Connection, kind: str, params: dict[str, Any], on_pass_clock: bool = False

@@ -3,7 +3,7 @@
 Only what PostgreSQL does in fewer round trips than the portable store
 (:mod:`.sql`): single statements in autocommit, on libpq's prepared
 statements with psycopg (:class:`~pikku_celery.sql.runner.LibpqRunner`); a
-claim that also reads what its pass needs (:mod:`.kept_views`); the
+claim that also reads what its pass needs (handed to that pass); the
 optimistic pass (:mod:`.sql_optimistic`) written as one statement; a new run
 and its first pass as one statement; a run's end announced with NOTIFY for
 ``RunHandle.wait``.
@@ -20,22 +20,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
-from ..sql.settle import SETTLED_CHANNEL, SettleListener, settle_notice
-from .base import Decide, SettleWatch
-from .kept_views import (
-    FirstPass,
-    Passed,
-)
-from .model import (
+from ..model.plan import KEPT_MARGIN_MS, Claim, PassView, PassWrite, claim_view, kept_view
+from ..model.values import (
     AdvanceResult,
     NewRun,
     RunState,
-    StepOutcome,
-    StepState,
 )
+from ..ports.store import SettleWatch
+from ..sql.pooler import warn_if_pooled
+from ..sql.runner import LibpqRunner, Runner, SQLAlchemyRunner
+from ..sql.settle import SETTLED_CHANNEL, SettleListener, settle_notice
 from .rows import STEP_COLUMNS, run_from, step_from
-from .rules import EncodedDecision
 from .sql_optimistic import OptimisticSQLStore, PassShape
 from .statements_postgres import CLAIM_VIEW_STEPS, PostgresStatements
 
@@ -46,7 +41,7 @@ def _statements() -> PostgresStatements:
 
 
 class PostgresWorkflowStore(OptimisticSQLStore):
-    """The SQL store on PostgreSQL (``SQLWorkflowStore(engine)`` picks it)."""
+    """The SQL store on PostgreSQL (:func:`~.sql_for.store_for` picks it)."""
 
     creates_tables = False
     statements: PostgresStatements
@@ -57,6 +52,13 @@ class PostgresWorkflowStore(OptimisticSQLStore):
 
     def _make_statements(self) -> PostgresStatements:
         return _statements()
+
+    def _learn(self) -> None:
+        """Behind a pooler that no ``pooler=`` names: a warning
+        (:func:`~pikku_celery.sql.pooler.warn_if_pooled`)."""
+        super()._learn()
+        if self.pooler is None:
+            warn_if_pooled(self._engine)
 
     def _single_statement_engine(self) -> sa.Engine:
         # Single statements in autocommit save the BEGIN and COMMIT round
@@ -74,6 +76,9 @@ class PostgresWorkflowStore(OptimisticSQLStore):
         self, new: NewRun, key: dict[str, Any], params: dict[str, Any]
     ) -> RunState | tuple[int, int]:
         st = self.statements
+        if new.timeout_ms is not None:
+            # Its deadline is placed from the clock read before the insert.
+            return super()._insert_run(new, key, params)
         if new.idempotency_key is None:
             [made] = self.runner.rows(st.run_insert_returning, params)
             return made.created_at, made.updated_at
@@ -84,55 +89,43 @@ class PostgresWorkflowStore(OptimisticSQLStore):
             created, updated = conn.execute(st.run_insert_returning, params).one()
             return created, updated
 
-    def _start_write(self, params: dict[str, Any]) -> None:
-        self.runner.rows(self.statements.run_start, params)
+    def _start_write(self, params: dict[str, Any], values: int = 0) -> None:
+        self.runner.rows(self.statements.run_start_with(values), params)
 
     # --- steps ---------------------------------------------------------------
-    def _claim(self, params: dict[str, Any]) -> StepState | None:
+    def _claim(self, params: dict[str, Any], known: PassView | None) -> Claim | None:
         """One statement: the guarded update, the new attempt row, the
         superseded mark of a lapsed attempt's row, and the run as its pass
-        will need it (kept for that pass: it skips its read)."""
-        passed = self._passed.take(params["p_id"])
-        params["p_known"] = -1 if passed is None else passed.run.version
+        will need it (handed to that pass: it skips its read). With
+        ``known`` at the run's version, the claim reads no steps."""
+        params["p_known"] = -1 if known is None else known.view.run.version
         st = self.statements
         rows = self.runner.rows(
             st.claim_view_durable if self.durable_claims else st.claim_view, params
         )
         if rows:
-            return self._keep_claim_view(rows, passed)
+            return self._claim_with_view(rows, known)
         with self._one() as conn:
             self._refuse_other_task(conn, params)
         return None
 
-    def _keep_claim_view(self, rows: Sequence[Any], passed: Passed | None) -> StepState:
-        """The claimed step; the run as the PostgreSQL claim read it is kept
-        for that attempt's pass."""
+    def _claim_with_view(self, rows: Sequence[Any], known: PassView | None) -> Claim:
+        """The claimed step, and the run as the PostgreSQL claim read it."""
         head = rows[0]
-        self._clock.saw(int(head.db_now))
         m = head._mapping
         claimed = SimpleNamespace(**{name: m["c_" + name] for name in STEP_COLUMNS})
         step = step_from(claimed)
-        run = None
-        input_size = len(m["r_input"] or "")
-        if passed is not None and head.r_version == passed.run.version:
+        now = int(head.db_now)
+        if known is not None and head.r_version == known.view.run.version:
             # The claim read no steps and no input: no pass has landed since ours.
-            run, input_size = passed.run, passed.input_size
-            steps = passed.steps_claimed(step)
-        elif len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
-            # A big run: the claim read at most its first steps; its pass reads.
-            self._keep_view(step, None, [], 0, False, 0)
-            return step
-        else:
-            steps = [step if r.id == step.id else step_from(r) for r in rows if r.id is not None]
-        self._keep_view(
-            step,
-            run or run_from(head, "r_"),
-            steps,
-            int(head.db_now),
-            bool(head.has_signals),
-            input_size,
-        )
-        return step
+            return Claim(step, claim_view(known, step, now))
+        if len(rows) > CLAIM_VIEW_STEPS or step.seq >= CLAIM_VIEW_STEPS:
+            return Claim(step)  # a big run: the claim read at most its first steps
+        steps = [step if r.id == step.id else step_from(r) for r in rows if r.id is not None]
+        signals = self._read_signals(step.run_id) if head.has_signals else {}
+        run, size = run_from(head, "r_"), len(m["r_input"] or "")
+        good_until = int(step.lease_expires_at or 0) - KEPT_MARGIN_MS
+        return Claim(step, kept_view(run, steps, signals, now, size, good_until, reread=True))
 
     def _fenced_write(
         self, conn: sa.Connection, kind: str, params: dict[str, Any], on_pass_clock: bool = False
@@ -149,18 +142,18 @@ class PostgresWorkflowStore(OptimisticSQLStore):
             return self._fenced_write(conn, kind, params)
 
     # --- the orchestration pass ---------------------------------------------
-    def _locked_pass(
-        self, run_id: str, outcome: StepOutcome | None, decide: Decide, first: FirstPass | None
-    ) -> AdvanceResult:
-        """The locked pass, then the settle NOTIFY of a run it ended (the
-        optimistic write sends its own)."""
-        done = super()._locked_pass(run_id, outcome, decide, first)
-        if done.decision is not None and done.run.status.terminal:
+    def _write_locked(self, plan: PassWrite) -> AdvanceResult | None:
+        """The locked write, then the settle NOTIFY of a run it ended (the
+        one write sends its own)."""
+        done = super()._write_locked(plan)
+        if done is not None and plan.ends:
             self._notify_settled(done.run)
         return done
 
-    def _end_params(self, run_id: str, status: str, encoded: EncodedDecision) -> dict[str, Any]:
-        return {"p_notice": settle_notice(run_id, status, encoded.output, encoded.error)}
+    def _end_params(
+        self, run_id: str, status: str, output: str | None, error: str | None
+    ) -> dict[str, Any]:
+        return {"p_notice": settle_notice(run_id, status, output, error)}
 
     # --- waiting for a run to settle (PostgreSQL LISTEN/NOTIFY) ---------------
     def _notify_settled(self, run: RunState) -> None:
@@ -186,7 +179,13 @@ class PostgresWorkflowStore(OptimisticSQLStore):
     @contextmanager
     def settled_listener(self, run_id: str) -> Iterator[SettleWatch | None]:
         """On PostgreSQL, ``wait(timeout)`` returning when a pass settles
-        ``run_id`` (registered before the caller reads its status); else None."""
+        ``run_id`` (registered before the caller reads its status); else None.
+
+        Behind transaction pooling None: a LISTEN would stay on a server
+        connection the client does not keep, so ``wait()`` polls."""
+        if self.pooler == "transaction":
+            yield None
+            return
         if self._settle is None:
             self._settle = SettleListener(self._engine)
         with self._settle.watch(run_id) as wait:

@@ -12,16 +12,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..model.values import BROKER, AttemptStatus
 from ..sql.engines import now_ms_expr
-from .model import BROKER, AttemptStatus
-from .statements import (
+from .statements import Statements
+from .statements_terms import (
     CLAIMED_ATTEMPT_COLUMNS,
     FENCE,
     OUTCOMES,
     A,
     R,
     S,
-    Statements,
     _lit,
     _outcome_values,
     _p,
@@ -74,7 +74,7 @@ class MySQLStatements(Statements):
         )
 
     def pass_batch(
-        self, kind: str | None, new_step: bool, ends: bool, eager: bool = False
+        self, kind: str | None, new_step: bool, ends: bool, eager: bool = False, values: int = 0
     ) -> list[sa.ClauseElement | str]:
         """A whole pass as ONE batch with its COMMIT (the optimistic hot path,
         as PostgreSQL's ``pass_write`` statement).
@@ -85,7 +85,9 @@ class MySQLStatements(Statements):
         new step (and, ``eager``, its attempt row) needs the run update. Every
         write is gated on the one before, so the COMMIT commits all of the
         pass or nothing of it. Answers (pinned, fenced) as 1 or 0. The store
-        keeps the batch it compiles of each shape.
+        keeps the batch it compiles of each shape. ``values``: that many
+        settled value steps (``ctx.set_event``) beside the new step
+        (parameters ``v0_*``...), gated the same way.
         """
         at = _p("now", sa.BigInteger())
         pin = sa.text(
@@ -99,6 +101,7 @@ class MySQLStatements(Statements):
             gate = FENCED == 2
         run_values = optimistic_run_values(at, ends)
         batch.append(sa.update(R).where(R.c.id == _p("run"), gate).values(**run_values))
+        batch += [_insert_if(S, f"v{i}_", gate) for i in range(values)]
         if new_step:
             batch.append(_insert_if(S, "n_", gate))
         if new_step and eager:
@@ -106,12 +109,16 @@ class MySQLStatements(Statements):
         fenced = "@pikku_fenced = 2" if kind is not None else "@pikku_pinned = 1"
         return [*batch, f"SELECT @pikku_pinned = 1 AS pinned, {fenced} AS fenced", "COMMIT"]
 
-    def start_batch(self) -> list[sa.ClauseElement | str]:
+    def start_batch(self, values: int = 0) -> list[sa.ClauseElement | str]:
         """A new run (parameters ``r_*``) and its first step (``n_*``) with
-        their COMMIT: ``start()`` in one round trip."""
+        their COMMIT: ``start()`` in one round trip; ``values`` settled value
+        steps (``ctx.set_event`` before the first step: ``v0_*``...) beside."""
         run = sa.insert(R).values({c.name: sa.bindparam(f"r_{c.name}", type_=c.type) for c in R.c})
-        step = sa.insert(S).values({c.name: sa.bindparam(f"n_{c.name}", type_=c.type) for c in S.c})
-        return [run, step, "COMMIT"]
+        steps = [
+            sa.insert(S).values({c.name: sa.bindparam(f"{p}{c.name}", type_=c.type) for c in S.c})
+            for p in [*(f"v{i}_" for i in range(values)), "n_"]
+        ]
+        return [run, *steps, "COMMIT"]
 
     def claim_batch(self, inline_row_count: bool) -> list[sa.ClauseElement | str]:
         """The claim as one multi-statement batch (see :mod:`.batch`).

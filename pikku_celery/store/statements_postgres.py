@@ -16,10 +16,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..model.values import BROKER, AttemptStatus
 from ..sql.engines import now_ms_expr
 from ..sql.settle import SETTLED_CHANNEL
-from .model import BROKER, AttemptStatus
-from .statements import (
+from .statements import Statements
+from .statements_terms import (
     CLAIMED_ATTEMPT_COLUMNS,
     FENCE,
     OUTCOMES,
@@ -27,7 +28,6 @@ from .statements import (
     G,
     R,
     S,
-    Statements,
     _lit,
     _outcome_values,
     _p,
@@ -117,6 +117,11 @@ class PostgresStatements(Statements):
             yield f"pass_write[{shape}]", self.pass_write(kind, new_step, ends)
             if new_step and not ends:
                 yield f"pass_write[{shape},eager]", self.pass_write(kind, new_step, ends, True)
+                # A step beside an event (ctx.set_event): the value step rides along.
+                yield (
+                    f"pass_write[{shape},eager,value]",
+                    self.pass_write(kind, new_step, ends, True, 1),
+                )
 
     def _claim_view(self, now: ColumnElement[int], claim: sa.Update) -> sa.Select[Any]:
         """The claim as one statement: the guarded update, the new attempt
@@ -199,6 +204,29 @@ class PostgresStatements(Statements):
             .add_cte(superseded, recorded)
         )
 
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - built once per store class, kept for good
+    def run_start_with(self, values: int) -> sa.Insert:
+        """``run_start`` with ``values`` settled value steps (``ctx.set_event``
+        before the first step; parameters ``v0_*``...) written beside it."""
+        if values == 0:
+            return self.run_start
+        run = (
+            sa.insert(R)
+            .values({c.name: sa.bindparam(f"r_{c.name}", type_=c.type) for c in R.c})
+            .returning(R.c.id)
+            .cte("started")
+        )
+
+        def row(prefix: str) -> sa.Select[Any]:
+            params = [sa.bindparam(f"{prefix}{c.name}", type_=c.type) for c in S.c]
+            return sa.select(*params).where(sa.exists(sa.select(run.c.id)))
+
+        names = [c.name for c in S.c]
+        gated = [
+            sa.insert(S).from_select(names, row(f"v{i}_")).cte(f"value_{i}") for i in range(values)
+        ]
+        return sa.insert(S).from_select(names, row("n_")).returning(S.c.id).add_cte(run, *gated)
+
     @staticmethod
     def _fenced_cte(kind: str, now: ColumnElement[int]) -> sa.Select[Any]:
         step, _ = fenced_pair(kind, now)
@@ -212,9 +240,9 @@ class PostgresStatements(Statements):
         )
         return sa.select(sa.func.count()).select_from(done).add_cte(recorded)
 
-    @functools.lru_cache(maxsize=16)  # noqa: B019 - built once per store class, kept for good
+    @functools.lru_cache(maxsize=64)  # noqa: B019 - built once per store class, kept for good
     def pass_write(
-        self, kind: str | None, new_step: bool, ends: bool, eager: bool = False
+        self, kind: str | None, new_step: bool, ends: bool, eager: bool = False, values: int = 0
     ) -> sa.Select[Any]:
         """A whole pass as ONE statement (the optimistic hot path).
 
@@ -226,7 +254,8 @@ class PostgresStatements(Statements):
         was superseded and nothing was written; (1, 1) the pass landed.
         ``kind`` None: a pass without an outcome (a new run's first pass).
         ``eager``: the new step is written claimed, with its attempt row
-        (parameters ``a_*``), for the worker that passes.
+        (parameters ``a_*``), for the worker that passes. ``values``: that
+        many settled value steps (``ctx.set_event``) beside it (``v0_*``...).
         A pass that ends the run also sends its settle NOTIFY (delivered at
         commit, so only if it landed): no statement of its own for it.
         """
@@ -237,65 +266,68 @@ class PostgresStatements(Statements):
             .with_for_update()
             .cte("pinned")
         )
-        ctes: list[Any] = []
-        outcome: Any = pinned
-        if kind is not None:
-            step_values, attempt_values = _outcome_values(kind, at)
-            outcome = (
-                sa.update(S)
-                .where(*FENCE, sa.exists(sa.select(pinned.c.id)))
-                .values(**step_values)
-                .returning(S.c.id, S.c.attempt)
-                .cte("outcome")
-            )
-            ctes.append(
-                sa.update(A)
-                .where(A.c.step_id == outcome.c.id, A.c.attempt == outcome.c.attempt)
-                .values(**attempt_values, finished_at=at)
-                .cte("outcome_attempt")
-            )
-        run_values = optimistic_run_values(at, ends)
+        outcome, ctes = _pass_outcome(kind, pinned, at)
         passed = (
             sa.update(R)
             .where(R.c.id == _p("run"), sa.exists(sa.select(outcome.c.id)))
-            .values(**run_values)
+            .values(**optimistic_run_values(at, ends))
             .returning(R.c.id)
             .cte("passed")
         )
         ctes.append(passed)
         if new_step:
-            cols = list(S.c)
-            recorded = (
-                sa.insert(S)
-                .from_select(
-                    [c.name for c in cols],
-                    sa.select(*[sa.bindparam(f"n_{c.name}", type_=c.type) for c in cols]).where(
-                        sa.exists(sa.select(passed.c.id))
-                    ),
-                )
-                .cte("recorded")
-            )
-            ctes.append(recorded)
+            ctes.append(_gated_insert(S, "n_", passed, "recorded"))
+        ctes += [_gated_insert(S, f"v{i}_", passed, f"value_{i}") for i in range(values)]
         if new_step and eager:
-            attempt_cols = list(A.c)
-            ctes.append(
-                sa.insert(A)
-                .from_select(
-                    [c.name for c in attempt_cols],
-                    sa.select(
-                        *[sa.bindparam(f"a_{c.name}", type_=c.type) for c in attempt_cols]
-                    ).where(sa.exists(sa.select(passed.c.id))),
-                )
-                .cte("eager_attempt")
-            )
-        counts = [
-            sa.select(sa.func.count()).select_from(pinned).scalar_subquery().label("pinned"),
-            sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),
-        ]
-        if ends:
-            # A SELECT in a WITH runs only if read: the count reads it.
-            notify = sa.func.pg_notify(sa.literal(SETTLED_CHANNEL), _p("notice"))
-            notified = sa.select(notify.label("sent")).select_from(passed).cte("notified")
-            sent = sa.select(sa.func.count()).select_from(notified).scalar_subquery()
-            counts.append(sent.label("notified"))
-        return sa.select(*counts).add_cte(*ctes)
+            ctes.append(_gated_insert(A, "a_", passed, "eager_attempt"))
+        return sa.select(*_pass_counts(pinned, outcome, passed, ends)).add_cte(*ctes)
+
+
+def _pass_outcome(kind: str | None, pinned: Any, at: ColumnElement[int]) -> tuple[Any, list[Any]]:
+    """The one-statement pass's fenced outcome (gated on ``pinned``) and the
+    CTEs that write it; with no outcome, ``pinned`` gates what follows."""
+    if kind is None:
+        return pinned, []
+    step_values, attempt_values = _outcome_values(kind, at)
+    outcome = (
+        sa.update(S)
+        .where(*FENCE, sa.exists(sa.select(pinned.c.id)))
+        .values(**step_values)
+        .returning(S.c.id, S.c.attempt)
+        .cte("outcome")
+    )
+    recorded = (
+        sa.update(A)
+        .where(A.c.step_id == outcome.c.id, A.c.attempt == outcome.c.attempt)
+        .values(**attempt_values, finished_at=at)
+        .cte("outcome_attempt")
+    )
+    return outcome, [recorded]
+
+
+def _gated_insert(table: sa.Table, prefix: str, passed: Any, name: str) -> Any:
+    """A row of ``table`` from parameters ``<prefix><column>``, written only
+    if the pass's run update (``passed``) landed."""
+    cols = list(table.c)
+    row = sa.select(*[sa.bindparam(f"{prefix}{c.name}", type_=c.type) for c in cols])
+    return (
+        sa.insert(table)
+        .from_select([c.name for c in cols], row.where(sa.exists(sa.select(passed.c.id))))
+        .cte(name)
+    )
+
+
+def _pass_counts(pinned: Any, outcome: Any, passed: Any, ends: bool) -> list[Any]:
+    """What the one-statement pass returns: (pinned, fenced), and when it
+    ``ends`` the run, the settle NOTIFY's count."""
+    counts = [
+        sa.select(sa.func.count()).select_from(pinned).scalar_subquery().label("pinned"),
+        sa.select(sa.func.count()).select_from(outcome).scalar_subquery().label("fenced"),
+    ]
+    if ends:
+        # A SELECT in a WITH runs only if read: the count reads it.
+        notify = sa.func.pg_notify(sa.literal(SETTLED_CHANNEL), _p("notice"))
+        notified = sa.select(notify.label("sent")).select_from(passed).cte("notified")
+        sent = sa.select(sa.func.count()).select_from(notified).scalar_subquery()
+        counts.append(sent.label("notified"))
+    return counts

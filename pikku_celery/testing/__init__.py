@@ -1,9 +1,10 @@
 """Testing workflows: no broker, no database, no waiting.
 
-* :func:`workflow_test_env` (:class:`WorkflowTestEnv`): *your own* Pikku, for
-  the duration of a ``with``, on an in-memory store and a virtual clock that
-  skips ahead whenever nothing is due now; your Celery tasks run as steps
-  the way a worker runs them. See :mod:`pikku_celery.testing.env`.
+* :func:`workflow_test_env` (:class:`WorkflowTestEnv`): *your own* Pikku's
+  workflows, for the duration of a ``with``, on an engine of the
+  environment's own (:mod:`pikku_celery.testing.own_engine`): an in-memory
+  store and a virtual clock that skips ahead whenever nothing is due now;
+  your Celery tasks run as steps the way a worker runs them. See :mod:`pikku_celery.testing.env`.
 * The pytest plugin :mod:`pikku_celery.testing.pytest_plugin` (registered
   through the ``pytest11`` entry point): the ``pikku_test_env`` fixture.
 * The pytest plugin :mod:`pikku_celery.testing.pytest_celery` (loaded with

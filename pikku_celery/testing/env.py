@@ -1,13 +1,14 @@
 """A time-skipping test environment for your own workflows (after Temporal's).
 
 ``workflow_test_env(pikku)`` takes *your* :class:`~pikku_celery.Pikku` (or
-any :class:`~pikku_celery.engine.WorkflowEngine`) and, for the duration of a
-``with``, swaps its store, leases, dispatcher and step-lease keeper for
-in-memory ones on a :class:`VirtualClock`; on leaving, the real ones are put
-back. Inside, your own code runs unchanged: ``fulfil_order.start(...)``,
-``pikku.send_signal(...)`` and ``RunHandle.wait()`` reach the test
-environment, every workflow registered on that Pikku is there, and no broker
-message is sent and no database touched.
+any :class:`~pikku_celery.engine.WorkflowEngine`) and builds an engine of
+its own over your Pikku's workflows and options, on in-memory adapters and a
+:class:`VirtualClock` (:mod:`.own_engine`). For the duration of a ``with``
+your Pikku's entry points reach that engine, while its own store, leases and
+dispatcher stay as they are: your own code runs unchanged
+(``fulfil_order.start(...)``, ``pikku.send_signal(...)`` and
+``RunHandle.wait()`` reach the test environment), every workflow registered
+on that Pikku is there, and no broker message is sent and no database touched.
 
 * Steps run your real Celery tasks (from ``pikku.app.tasks``) the way a
   worker does (:class:`~pikku_celery.celery.step_body.CeleryStepBody`): a
@@ -28,35 +29,42 @@ message is sent and no database touched.
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace, TracebackType
+from datetime import datetime, timedelta
+from types import TracebackType
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from celery import Celery
 from celery.result import AsyncResult
 
 from ..celery.integration import Pikku
-from ..celery.step_body import CeleryStepBody
 from ..engine.core import WorkflowEngine
-from ..engine.dispatcher import Dispatcher
 from ..engine.handle import RunHandle
-from ..engine.keeper import StepHolding, StepLeaseKeeper
 from ..engine.sweep import SweepReport
-from ..errors import UnknownTaskError, WorkflowTimeoutError
+from ..errors import WorkflowTimeoutError
 from ..lease.memory import InMemoryLeaseService
-from ..names import SIGNAL_PREFIX
-from ..store.base import SettleWatch, WaitOnly
-from ..store.memory import InMemoryWorkflowStore
-from ..store.model import JSON, RunState, RunStatus, StepKind, StepState, StepStatus, uuid5_str
+from ..model.values import JSON, RunState, RunStatus
+from .adapters import HOSTNAME, InlineLeaseKeeper, WorkflowTestDispatcher, WorkflowTestStore
+from .clock import VirtualClock
+from .explain import describe, signals_awaited, why_unsettled
 from .inline import InlineDispatcher, Message
+from .own_engine import Forwarding, engine_like
+
+__all__ = [
+    "HOSTNAME",
+    "SentTask",
+    "TaskDecorator",
+    "VirtualClock",
+    "WorkflowStuckError",
+    "WorkflowTestDispatcher",
+    "WorkflowTestEnv",
+    "WorkflowTestStore",
+    "workflow_test_env",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,7 +77,6 @@ class TaskDecorator(Protocol):
 
 
 DEFAULT_MAX_MESSAGES = 10_000
-HOSTNAME = "pikku-test-env@localhost"
 
 
 class WorkflowStuckError(WorkflowTimeoutError):
@@ -87,211 +94,6 @@ class WorkflowStuckError(WorkflowTimeoutError):
         self.run_id = run_id
 
 
-class VirtualClock:
-    """The test environment's clock: it stands still until moved, never back.
-
-    Starts at the real time (or ``start``: an aware datetime or epoch
-    seconds); only :meth:`advance` and :meth:`advance_to` move it. The store,
-    the leases and the dispatcher's queue all read it.
-    """
-
-    def __init__(self, start: datetime | float | None = None) -> None:
-        if start is None:
-            ms = time.time_ns() // 1_000_000
-        elif isinstance(start, datetime):
-            if start.tzinfo is None:
-                raise ValueError("VirtualClock(start=...): give an aware datetime (e.g. UTC)")
-            ms = round(start.timestamp() * 1000)
-        else:
-            ms = round(float(start) * 1000)
-        self._ms = ms
-        self._lock = threading.Lock()
-
-    def now_ms(self) -> int:
-        """Now, in epoch milliseconds (what the store keeps)."""
-        with self._lock:
-            return self._ms
-
-    def time(self) -> float:
-        """Now, in epoch seconds (what the dispatcher's queue is ordered by)."""
-        return self.now_ms() / 1000
-
-    def now(self) -> datetime:
-        """Now, as an aware UTC datetime."""
-        return datetime.fromtimestamp(self.now_ms() / 1000, tz=UTC)
-
-    def advance(self, seconds: float | timedelta) -> None:
-        """Move the clock ``seconds`` forward (nothing runs: see ``WorkflowTestEnv.advance``)."""
-        value = seconds.total_seconds() if isinstance(seconds, timedelta) else float(seconds)
-        if not value >= 0:
-            raise ValueError(f"the clock only moves forward, not by {seconds!r}")
-        with self._lock:
-            self._ms += math.ceil(value * 1000)
-
-    def advance_to(self, epoch_seconds: float) -> None:
-        """Move the clock to ``epoch_seconds`` if that is later than now."""
-        self.advance_to_ms(math.ceil(epoch_seconds * 1000 - 0.01))
-
-    def advance_to_ms(self, epoch_ms: int) -> None:
-        """Move the clock to ``epoch_ms`` if that is later than now."""
-        with self._lock:
-            self._ms = max(self._ms, int(epoch_ms))
-
-
-class WorkflowTestStore(InMemoryWorkflowStore):
-    """The in-memory store on the environment's clock.
-
-    Its ``settled_listener`` is how ``RunHandle.wait()`` drives the
-    environment: each time the handle would wait, the queue is run until the
-    run settles (or :class:`WorkflowStuckError` says why it cannot).
-    """
-
-    def __init__(self, env: WorkflowTestEnv) -> None:
-        super().__init__(clock=env.clock.now_ms)
-        self._env = env
-
-    @contextmanager
-    def settled_listener(self, run_id: str) -> Iterator[SettleWatch]:
-        """Its ``wait(timeout)`` runs the environment until ``run_id`` settles."""
-
-        def wait(_timeout: float) -> None:
-            self._env.settle(run_id)
-
-        yield WaitOnly(wait)
-
-
-class InlineLeaseKeeper(StepLeaseKeeper):
-    """Keeps step leases without a thread: the clock stands still while a step runs."""
-
-    def hold(
-        self, step_id: str, attempt: int, lease_ms: int, claim_id: str | None = None
-    ) -> StepHolding:
-        """The holding of a step's attempt; never renewed (its lease cannot lapse meanwhile)."""
-        deadline = time.monotonic() + lease_ms / 1000
-        return StepHolding(step_id, attempt, lease_ms, claim_id=claim_id, deadline=deadline)
-
-    def drop(self, holding: StepHolding) -> None:
-        """Stop holding (nothing to stop)."""
-        holding.dropped = True
-
-
-class WorkflowTestDispatcher(InlineDispatcher):
-    """The inline dispatcher of a test environment, on its virtual clock.
-
-    Knows your Celery app's tasks (a step runs ``task.run`` as a worker
-    would) and the plain functions registered with :meth:`task`, which win
-    over a Celery task of the same name. Queues come from the app's routes.
-    A message's ``due`` is in epoch seconds on the virtual clock, and no
-    countdown is too long to queue (nothing waits for the sweep).
-    """
-
-    def __init__(
-        self,
-        clock: VirtualClock,
-        app: Celery | None = None,
-        routes: Dispatcher | None = None,
-        *,
-        lease_ms: int = 30_000,
-    ) -> None:
-        super().__init__(lease_ms=lease_ms, max_countdown=math.inf, clock=clock.time)
-        self.virtual_clock = clock
-        self.app = app
-        self.routes = routes
-
-    # --- tasks ---------------------------------------------------------------
-    def task_name(self, task: Any) -> str:
-        name = task if isinstance(task, str) else getattr(task, "name", None)
-        if isinstance(name, str) and name in self.tasks:
-            return name
-        app = self.app
-        if app is not None and isinstance(name, str) and name in app.tasks:
-            if name.startswith("pikku."):
-                raise UnknownTaskError(f"pikku's own task {name!r} cannot be a workflow step")
-            return name
-        if app is not None:
-            raise UnknownTaskError(
-                f"{task!r} is not a task of Celery app {app.main!r}: decorate it with "
-                "@app.task (and import its module), or register a plain function in the "
-                "test environment with env.task(fn)"
-            )
-        raise UnknownTaskError(
-            f"{task!r} is not a registered task: register it with env.task(fn) (or on the "
-            "engine's own InlineDispatcher before entering the environment)"
-        )
-
-    def task_queue(self, task_name: str, route: dict[str, Any] | None = None) -> str | None:
-        routes = self.routes
-        own_queue = self.task_queues.get(task_name)
-        if routes is not None and self._is_celery_task(task_name) and (route or not own_queue):
-            return routes.task_queue(task_name, route)  # your app's own routing
-        return super().task_queue(task_name, route)
-
-    def _is_celery_task(self, task_name: str) -> bool:
-        return self.app is not None and task_name in self.app.tasks
-
-    # --- sending -------------------------------------------------------------
-    def due_at(self, countdown: float) -> float:
-        """Now plus ``countdown``, on the virtual clock, rounded up to the millisecond."""
-        ms = self.virtual_clock.now_ms() + max(0, math.ceil(countdown * 1000 - 1e-6))
-        return ms / 1000
-
-    def peek(self) -> Message | None:
-        """The next message due (the earliest; the first sent among equals), if any."""
-        return self.messages[0] if self.messages else None
-
-    # --- delivering ----------------------------------------------------------
-    def deliver(self, msg: Message) -> None:
-        """Handle one message as a worker would; a step of a Celery task runs its ``run``."""
-        if msg.kind == "step" and msg.task_name not in self.tasks and self.app is not None:
-            engine = self.engine
-            assert engine is not None, "bind the dispatcher to an engine first"
-            assert msg.step_id is not None and msg.task_name is not None
-            if msg.task_name not in self.app.tasks:
-                raise UnknownTaskError(
-                    f"step {msg.step_id} of run {msg.run_id} names task {msg.task_name!r}, "
-                    f"which Celery app {self.app.main!r} does not have"
-                )
-            body = CeleryStepBody(self.app, self._outer_request(msg))
-            engine.execute_step(msg.run_id, msg.step_id, msg.task_name, body, msg.queue)
-            return
-        super().deliver(msg)
-
-    def _outer_request(self, msg: Message) -> Any:
-        """What ``pikku.run_step``'s own request would say about this message."""
-        queue = msg.queue or (self.app.conf.task_default_queue if self.app else None) or "celery"
-        return SimpleNamespace(
-            id=uuid5_str(msg.run_id, f"test-env-message-{msg.seq}"),
-            delivery_info={"exchange": "", "routing_key": queue, "redelivered": False},
-            hostname=HOSTNAME,
-            timelimit=(None, None),
-        )
-
-    def deliver_next(self, until: float = math.inf) -> bool:
-        """Deliver the next message if it is due by ``until`` (epoch seconds),
-        moving the clock to when it is due; False when there is none."""
-        head = self.peek()
-        if head is None or head.due > until:
-            return False
-        self.virtual_clock.advance_to(head.due)
-        self.deliver(heapq.heappop(self.messages))
-        return True
-
-    def run_until_idle(
-        self, timeout: float = 10.0, max_messages: int = 10_000, horizon: float = math.inf
-    ) -> int:
-        """Deliver messages in due order, skipping the clock to each one due
-        within ``horizon`` seconds of now, until none is; later ones stay queued.
-
-        ``timeout`` (real seconds) is kept for the inline dispatcher's
-        signature: nothing here waits. Returns how many were delivered.
-        """
-        until = self.virtual_clock.time() + horizon
-        delivered = 0
-        while delivered < max_messages and self.deliver_next(until):
-            delivered += 1
-        return delivered
-
-
 @dataclass(frozen=True)
 class SentTask:
     """A task your code sent inside the environment (``.delay()``), recorded, not published."""
@@ -305,24 +107,27 @@ class SentTask:
 
 _active_lock = threading.Lock()
 _active: dict[int, WorkflowTestEnv] = {}
+_MISSING = object()
 
 
 class WorkflowTestEnv:
-    """Your engine on in-memory adapters and a virtual clock, while inside ``with``.
+    """Your workflows on an engine of the environment's own, in-memory and on a
+    virtual clock; your engine's entry points reach it while inside ``with``.
 
     ``engine`` is your :class:`~pikku_celery.Pikku` or any
     :class:`~pikku_celery.engine.WorkflowEngine`; its workflows, options and
-    Celery app are used as they are. ``start`` sets the clock's start (an
-    aware datetime or epoch seconds; default: now). ``max_messages`` bounds
-    every driving call (a workflow that never ends raises
-    :class:`WorkflowStuckError` instead of looping). ``lease`` is the step
-    lease in seconds (the clock stands still while a step runs, so it never
-    lapses on its own).
+    Celery app are used as they are, and its own adapters are never touched.
+    ``start`` sets the clock's start (an aware datetime or epoch seconds;
+    default: now). ``max_messages`` bounds every driving call (a workflow
+    that never ends raises :class:`WorkflowStuckError` instead of looping).
+    ``lease`` is the step lease in seconds (the clock stands still while a
+    step runs, so it never lapses on its own).
 
-    The store, leases and dispatcher exist from construction, so a run's
-    history stays readable (``env.store``) after the ``with``. Drive it from
-    one thread (the test's): while it is active, the engine is the
-    environment's for every thread of the process.
+    The store, leases, dispatcher and :attr:`engine` exist from construction,
+    so a run's history stays readable (``env.store``) after the ``with``.
+    Drive it from one thread (the test's): while it is active, your engine's
+    ``start``, ``send_signal``... reach the environment from every thread of
+    the process.
     """
 
     def __init__(
@@ -339,7 +144,7 @@ class WorkflowTestEnv:
             )
         if max_messages < 1:
             raise ValueError(f"max_messages must be positive, got {max_messages!r}")
-        self.engine = engine
+        self._user_engine = engine
         self.max_messages = max_messages
         self.clock = VirtualClock(start)
         self.store = WorkflowTestStore(self)
@@ -356,25 +161,27 @@ class WorkflowTestEnv:
             # A plain engine's inline tasks (make_engine's) are tasks here too.
             self.dispatcher.tasks.update(original.tasks)
             self.dispatcher.task_queues.update(original.task_queues)
-        self.dispatcher.engine = engine
         self.keeper = InlineLeaseKeeper(self.store)
+        self.engine = engine_like(engine, self.store, self.leases, self.dispatcher, self.keeper)
+        """The environment's own engine: your workflows and options on its adapters."""
+        self.dispatcher.engine = self.engine
         self.sent_tasks: list[SentTask] = []
         self._started_ms = self.clock.now_ms()
-        self._saved: tuple[Any, Any, Any, Any] | None = None
+        self._forwarding: Forwarding | None = None
         self._saved_send: Any = None
 
     def __repr__(self) -> str:
         state = "active" if self.active else "inactive"
-        return f"<WorkflowTestEnv {state} on {self.engine!r} at {self.now.isoformat()}>"
+        return f"<WorkflowTestEnv {state} on {self._user_engine!r} at {self.now.isoformat()}>"
 
     # --- entering and leaving ------------------------------------------------
     @property
     def active(self) -> bool:
-        """Whether the engine is swapped onto this environment now."""
-        return self._saved is not None
+        """Whether your engine's entry points reach this environment now."""
+        return self._forwarding is not None
 
     def __enter__(self) -> WorkflowTestEnv:
-        engine = self.engine
+        engine = self._user_engine
         with _active_lock:
             other = _active.get(id(engine))
             if other is not None:
@@ -383,11 +190,7 @@ class WorkflowTestEnv:
                     "environments on one engine do not nest"
                 )
             _active[id(engine)] = self
-        self._saved = (engine.store, engine.leases, engine.dispatcher, engine.keeper)
-        engine.store = self.store
-        engine.leases = self.leases
-        engine.dispatcher = self.dispatcher
-        engine.keeper = self.keeper
+        self._forwarding = Forwarding(engine, self.engine).__enter__()
         if self.app is not None:
             self._saved_send = self.app.__dict__.get("send_task", _MISSING)
             self.app.send_task = self._record_send
@@ -402,12 +205,12 @@ class WorkflowTestEnv:
         self.close()
 
     def close(self) -> None:
-        """Put the engine's own store, leases, dispatcher and keeper back (idempotent)."""
-        if self._saved is None:
+        """Give your engine its own entry points back (idempotent)."""
+        forwarding, self._forwarding = self._forwarding, None
+        if forwarding is None:
             return
-        engine = self.engine
-        engine.store, engine.leases, engine.dispatcher, engine.keeper = self._saved
-        self._saved = None
+        engine = self._user_engine
+        forwarding.__exit__(None, None, None)
         if self.app is not None:
             if self._saved_send is _MISSING:
                 self.app.__dict__.pop("send_task", None)
@@ -579,7 +382,7 @@ class WorkflowTestEnv:
         if delivered < limit:
             return
         queued = sorted(self.dispatcher.messages)
-        shown = ", ".join(_describe(m) for m in queued[:5]) or "none"
+        shown = ", ".join(describe(m) for m in queued[:5]) or "none"
         raise WorkflowStuckError(
             f"{what}: gave up after delivering {limit} messages, with {len(queued)} still "
             f"queued (next: {shown}) and the clock {self.elapsed:.3f} s on: a workflow "
@@ -667,67 +470,11 @@ class WorkflowTestEnv:
 
     def waiting_for(self, run: RunHandle | str) -> list[str]:
         """The signals ``run`` is waiting for now (none once it settled)."""
-        run_id = _run_id(run)
-        state = self.store.get_run(run_id)
-        if state is None or state.status.terminal:
-            return []
-        return [
-            step.name[len(SIGNAL_PREFIX) :]
-            for step in self.store.get_steps(run_id)
-            if step.kind == StepKind.SIGNAL and _open(step)
-        ]
+        return signals_awaited(self.store, _run_id(run))
 
     def explain(self, run_id: str) -> str:
         """Why ``run_id`` is not settled, as far as the store and the queue tell."""
-        run = self._run(run_id)
-        if run.status.terminal:
-            return f"workflow run {run_id} ({run.workflow}) is {run.status}"
-        reasons = self._blockers(run, set())
-        if any(m.run_id == run_id for m in self.dispatcher.messages):
-            reasons.insert(0, "it still has messages queued (delivered by the next drive)")
-        head = (
-            f"workflow run {run_id} ({run.workflow}) cannot settle: it is {run.status}, "
-            "nothing more is queued for it and no timer of it is due"
-        )
-        return head + "; " + "; ".join(reasons or ["no step of it is open"])
-
-    def _blockers(self, run: RunState, seen: set[str]) -> list[str]:
-        seen.add(run.id)
-        reasons: list[str] = []
-        blocked = getattr(run, "blocked", None)
-        if blocked:
-            reasons.append(f"no pass can run: {blocked}")
-        queued = {m.step_id for m in self.dispatcher.messages if m.kind == "step"}
-        for step in self.store.get_steps(run.id):
-            if not _open(step):
-                continue
-            if step.kind == StepKind.SIGNAL:
-                name = step.name[len(SIGNAL_PREFIX) :]
-                timeout = " (no timeout)" if step.wake_at is None else ""
-                reasons.append(
-                    f"it waits for signal {name!r}{timeout}, which nobody sent: send it, before "
-                    f"or during the wait, with pikku.send_signal({run.id!r}, {name!r}, payload)"
-                )
-            elif step.kind == StepKind.CHILD and step.child_run_id:
-                child = self.store.get_run(step.child_run_id)
-                if child is None or child.id in seen:
-                    continue
-                if child.status.terminal:
-                    reasons.append(
-                        f"its child step {step.name!r} is open though child run {child.id} "
-                        f"ended {child.status} (a lost wake-up: env.sweep() repairs it)"
-                    )
-                    continue
-                inner = "; ".join(self._blockers(child, seen)) or "no step of it is open"
-                reasons.append(
-                    f"its step {step.name!r} waits for child run {child.id} ({child.workflow}), "
-                    f"where {inner}"
-                )
-            elif step.kind == StepKind.TASK and step.id not in queued:
-                reasons.append(_task_blocker(step))
-            elif step.kind == StepKind.SLEEP:
-                reasons.append(f"its timer {step.name!r} has no wake-up queued")
-        return reasons
+        return why_unsettled(self.store, self.dispatcher.messages, self._run(run_id))
 
     def _run(self, run_id: str) -> RunState:
         run = self.store.get_run(run_id)
@@ -739,36 +486,8 @@ class WorkflowTestEnv:
         return self._run(run_id).status.terminal
 
 
-def _task_blocker(step: StepState) -> str:
-    what = f"its step {step.name!r} (task {step.task_name})"
-    if step.status == StepStatus.RUNNING:
-        return (
-            f"{what} is running attempt {step.attempt} with no worker: its lease must "
-            "lapse (env.advance(...)) and the sweep (env.sweep()) take it over"
-        )
-    if step.status == StepStatus.FAILED:
-        return f"{what} waits for its next attempt, but no message for it is queued"
-    return (
-        f"{what} is {step.status} but no message for it is queued (dropped?): env.sweep() "
-        "sends it again, as beat would, once the engine's message_grace has passed"
-    )
-
-
-def _open(step: StepState) -> bool:
-    return not step.settled and step.status != StepStatus.SUCCEEDED
-
-
-def _describe(msg: Message) -> str:
-    if msg.kind == "step":
-        return f"step {msg.task_name} of run {msg.run_id[:8]}"
-    return f"wake-up ({msg.reason or 'run'}) of run {msg.run_id[:8]}"
-
-
 def _run_id(run: RunHandle | str) -> str:
     return run.run_id if isinstance(run, RunHandle) else str(run)
-
-
-_MISSING = object()
 
 
 def workflow_test_env(
@@ -781,8 +500,9 @@ def workflow_test_env(
     """A :class:`WorkflowTestEnv` on your Pikku (or engine), to use as a context
     manager: ``with workflow_test_env(pikku) as env: ...``.
 
-    For the ``with``'s duration your engine runs on in-memory adapters and a
+    For the ``with``'s duration your engine's entry points reach the
+    environment's own engine: your workflows on in-memory adapters and a
     virtual clock that skips ahead to the next due message whenever nothing is
-    due now; the real store, leases and dispatcher are back afterwards.
+    due now. Your engine's own store, leases and dispatcher are never touched.
     """
     return WorkflowTestEnv(engine, start=start, max_messages=max_messages, lease=lease)

@@ -21,9 +21,9 @@ from ..engine.execute import call_with
 from ..engine.observe import run_trace
 from ..errors import UnknownTaskError
 from ..lease.memory import InMemoryLeaseService
-from ..store.base import WorkflowStore
+from ..model.values import StepState
+from ..ports.store import WorkflowStore
 from ..store.memory import InMemoryWorkflowStore
-from ..store.model import StepState
 
 
 @dataclass(order=True)

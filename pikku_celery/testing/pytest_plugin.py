@@ -74,7 +74,8 @@ def pikku(request: pytest.FixtureRequest) -> WorkflowEngine:
 @pytest.fixture
 def pikku_test_env(pikku: WorkflowEngine) -> Iterator[WorkflowTestEnv]:
     """Your Pikku inside :func:`~pikku_celery.testing.workflow_test_env` for the
-    test: in-memory store, virtual clock, no broker; restored afterwards."""
+    test: in-memory store, virtual clock, no broker; your Pikku's own methods
+    are back afterwards."""
     from .env import workflow_test_env
 
     with workflow_test_env(pikku) as env:

@@ -8,10 +8,14 @@ and send its :class:`Answer` back. Its routes, as those adapters mount them:
 
 - ``GET  api/runs?status=&workflow=&since=&until=&q=&limit=&offset=``: a page
   of runs, newest first, with ``counts`` per status (:mod:`.query`);
-- ``GET  api/runs/<id>``: the run, its steps and attempts, signals, timers,
-  children, and ``actions`` (what this request may do to it now);
+- ``GET  api/runs/<id>?steps_after=&steps_limit=``: the run, a page of its
+  steps with their attempts (``next_steps`` starts the next), signals,
+  timers, children, progress events, and ``actions`` (what this request may
+  do to it now);
 - ``POST api/runs/<id>/cancel``, ``.../retry`` with ``{}``, and
-  ``.../signals/<name>`` with the payload: 202 with the run.
+  ``.../signals/<name>`` with the payload: 202 with the run;
+- ``POST api/runs/bulk/cancel``, ``api/runs/bulk/retry`` with a filter
+  (:mod:`.bulk`): 202 with the runs acted on (200 for a dry run).
 
 Every check runs before anything is read or looked up, in this order: a
 body whose ``Content-Length`` is over the limit is 413 before a byte of it
@@ -28,7 +32,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..engine.bulk import BulkAction, act_on_runs, pick_runs
 from ..engine.outage import ride_out
+from ..engine.prune import describe_retention
 from ..errors import (
     IdempotencyKeyReusedError,
     InvalidIdError,
@@ -39,12 +45,13 @@ from ..errors import (
     StoreUnavailableError,
     UnknownWorkflowError,
 )
+from ..model.values import Operator, RunState, RunStatus
 from ..names import check_id
 from ..payload import parse_json
-from ..store.model import Operator, RunState, RunStatus
 from . import reads
+from .bulk import bulk_body, parse_bulk
 from .permissions import LIST_TARGET, Permission, allowed_actions
-from .query import QueryError, parse_run_query
+from .query import QueryError, parse_run_query, parse_steps_query
 from .shapes import run_detail
 
 if TYPE_CHECKING:
@@ -80,6 +87,9 @@ restart is over by then, a longer outage is asked about again."""
 
 T = TypeVar("T")
 
+
+BULK_ACTIONS = ("cancel", "retry")
+"""What ``POST api/runs/bulk/<action>`` does."""
 
 API_CALLER = Operator("api")
 """Who acts through the API when the adapter knows nobody."""
@@ -223,20 +233,33 @@ class RunApi:
         except QueryError as exc:
             raise ApiError(400, "invalid_query", str(exc)) from None
         page = self.read(
-            lambda: reads.list_runs(store, asked.filters, limit=asked.limit, offset=asked.offset),
+            lambda: reads.list_runs(
+                store, asked.filters, limit=asked.limit, offset=asked.offset, before=asked.before
+            ),
             "listing runs",
         )
         return Answer(200, page)
 
-    def run(self, run_id: str) -> Answer:
-        """The run whole, and ``actions``: which of cancel, retry and signal this
-        request may do to it now (``permission("status", run_id)``)."""
-        return self._answer(lambda: self._run(run_id))
+    def run(self, run_id: str, query: Mapping[str, str] | None = None) -> Answer:
+        """The run with a page of its steps (``steps_after``, ``steps_limit`` in
+        ``query``: :func:`~.query.parse_steps_query`), and ``actions``: which of
+        cancel, retry and signal this request may do to it now
+        (``permission("status", run_id)``)."""
+        return self._answer(lambda: self._run(run_id, query or {}))
 
-    def _run(self, raw_id: str) -> Answer:
+    def _run(self, raw_id: str, query: Mapping[str, str]) -> Answer:
         self._allow("status", raw_id)
         rid = _run_id(raw_id)
-        shown = self.read(lambda: reads.show_run(self.engine.store, rid), f"reading run {rid}")
+        try:
+            page = parse_steps_query(query)
+        except QueryError as exc:
+            raise ApiError(400, "invalid_query", str(exc)) from None
+        shown = self.read(
+            lambda: reads.show_run(
+                self.engine.store, rid, steps_after=page.after, steps_limit=page.limit
+            ),
+            f"reading run {rid}",
+        )
         permitted = allowed_actions(self.permission, raw_id)
         status = RunStatus(shown["run"]["status"])
         possible = {
@@ -244,6 +267,7 @@ class RunApi:
             "retry": status == RunStatus.FAILED,
             "signal": not status.terminal,
         }
+        shown["retention"] = describe_retention(self.engine.retention)
         shown["permissions"] = permitted
         shown["actions"] = {a: permitted[a] and possible[a] for a in permitted}
         return Answer(200, shown)
@@ -272,6 +296,45 @@ class RunApi:
             return self._accepted("signal", sent)
 
         return self._answer(send)
+
+    def bulk(self, action: str, body: Body, operator: Operator = API_CALLER) -> Answer:
+        """Cancel or retry every run a filter picks (see :mod:`.bulk`).
+
+        Asks ``permission(action, "runs")`` first (403), then for each run
+        ``permission(action, run_id)``: a run it refuses is listed in
+        ``refused``, untouched. Each run acted on is audited as a single
+        action. 202 (200 for ``dry_run``, which changes nothing).
+        """
+
+        def run() -> Answer:
+            check_length(body, self.max_body_bytes)
+            if action not in BULK_ACTIONS:
+                raise ApiError(404, "not_found", f"no bulk action {action!r}: cancel or retry")
+            self._allow(action, LIST_TARGET)
+            store = self.engine.store
+            try:
+                asked = parse_bulk(read_json(body, self.max_body_bytes) or {}, store.now_ms)
+            except QueryError as exc:
+                raise ApiError(400, "invalid_body", str(exc)) from None
+            what = BulkAction(action)
+            try:
+                picked = self.read(
+                    lambda: pick_runs(self.engine, what, asked.runs, asked.limit + 1),
+                    "picking runs",
+                )
+            except ValueError as exc:
+                raise ApiError(400, "invalid_body", str(exc)) from None
+            done = act_on_runs(
+                self.engine,
+                what,
+                picked[: asked.limit],
+                operator,
+                dry_run=asked.dry_run,
+                allowed=lambda rid: bool(self.permission(action, rid)),
+            )
+            return Answer(200 if asked.dry_run else 202, bulk_body(done, len(picked) > asked.limit))
+
+        return self._answer(run)
 
     def _act(self, action: str, raw_id: str, body: Body, act: Callable[[str], RunState]) -> Answer:
         def run() -> Answer:
@@ -307,18 +370,28 @@ class RunApi:
         return None
 
     def _allow(self, action: str, target: str) -> None:
-        if not self.permission(action, target):
-            raise ApiError(403, "forbidden", f"not allowed to {action} {target!r}")
+        allow(self.permission, action, target)
 
     @staticmethod
     def _answer(work: Callable[[], Answer]) -> Answer:
-        try:
-            return work()
-        except Exception as exc:
-            answer = error_answer(exc)
-            if answer is None:
-                raise
-            return answer
+        return answered(work)
+
+
+def allow(permission: Permission, action: str, target: str) -> None:
+    """Ask the hook first: a 403 before anything is read or looked up."""
+    if not permission(action, target):
+        raise ApiError(403, "forbidden", f"not allowed to {action} {target!r}")
+
+
+def answered(work: Callable[[], Answer]) -> Answer:
+    """``work()``'s answer, or the answer of the refusal it raised; a bug raises."""
+    try:
+        return work()
+    except Exception as exc:
+        answer = error_answer(exc)
+        if answer is None:
+            raise
+        return answer
 
 
 def _run_id(raw: str) -> str:

@@ -1,6 +1,6 @@
 """The run page as a WSGI app of its own (what ``pikku-celery web`` serves).
 
-A Flask app holding :func:`~pikku_celery.contrib.flask.make_blueprint` with
+A Flask app holding :func:`~.flask_blueprint.make_blueprint` with
 ``run_page=True`` at its root: the page at ``/``, its API under ``/api/``,
 and the blueprint's own JSON endpoints beside them. Nothing else: no app
 static folder, no other routes.
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from flask import Flask
 
-from ..contrib.flask import PikkuFlask, make_blueprint
 from ..engine.core import WorkflowEngine
+from .flask_blueprint import make_blueprint
+from .flask_ext import PikkuFlask
 from .permissions import READ_ACTIONS, STEER_ACTIONS, Permission
 
 

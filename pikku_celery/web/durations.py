@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..engine.handle import StepHistory
-from ..store.model import AttemptState, AttemptStatus, RunState, StepKind, StepState, StepStatus
+from ..model.values import AttemptState, AttemptStatus, RunState, StepKind, StepState, StepStatus
 
 
 def run_duration_ms(run: RunState, now: int) -> int:

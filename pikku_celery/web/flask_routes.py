@@ -1,13 +1,14 @@
 """The run page's routes on a Flask blueprint: the page, its assets, its JSON API.
 
-:func:`pikku_celery.contrib.flask.make_blueprint` adds them with
+:func:`.flask_blueprint.make_blueprint` adds them with
 ``run_page=True``, so they share that blueprint's body limit (413 before a
 byte is read) and its JSON error handling (a 404 under ``api/`` and
 ``assets/`` is JSON too); each route hands the request's values to
 :class:`~.api.RunApi` and sends its answer back. Routes, under the
 blueprint's prefix: ``/`` (the page), ``/assets/<name>``, ``/api/runs``,
 ``/api/runs/<id>``, ``/api/runs/<id>/cancel``, ``/api/runs/<id>/retry``,
-``/api/runs/<id>/signals/<name>``, ``/metrics`` (Prometheus).
+``/api/runs/<id>/signals/<name>``, ``/api/runs/bulk/cancel``,
+``/api/runs/bulk/retry``, ``/metrics`` (Prometheus).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, jsonify, request, url_for
 
-from ..store.model import Operator
+from ..model.values import Operator
 from .api import Answer, Body, RunApi, request_operator
 from .page import HTML_TYPE, PAGE_HEADERS, asset, render_page
 from .permissions import LIST_TARGET
@@ -98,8 +99,18 @@ def add_run_page(
 
     @bp.get("/api/runs/<run_id>")
     def api_run(run_id: str) -> Response:
-        """One run whole, and what this request may do to it."""
-        return respond(api().run(run_id))
+        """One run with a page of its steps, and what this request may do to it."""
+        return respond(api().run(run_id, request.args.to_dict(flat=True)))
+
+    @bp.post("/api/runs/bulk/cancel")
+    def api_bulk_cancel() -> Response:
+        """Cancel every live run the body's filter picks."""
+        return respond(api().bulk("cancel", request_body(), who()))
+
+    @bp.post("/api/runs/bulk/retry")
+    def api_bulk_retry() -> Response:
+        """Retry every failed run the body's filter picks."""
+        return respond(api().bulk("retry", request_body(), who()))
 
     @bp.post("/api/runs/<run_id>/cancel")
     def api_cancel(run_id: str) -> Response:
@@ -116,6 +127,6 @@ def add_run_page(
         """Deliver signal ``name`` with the body as its payload."""
         return respond(api().signal(run_id, name, request_body(), who()))
 
-    return frozenset(
-        {run_page, run_page_asset, metrics, api_runs, api_run, api_cancel, api_retry, api_signal}
-    )
+    views: list[Callable[..., Any]] = [run_page, run_page_asset, metrics, api_runs, api_run]
+    views += [api_cancel, api_retry, api_signal, api_bulk_cancel, api_bulk_retry]
+    return frozenset(views)

@@ -7,7 +7,9 @@ exists). The run page asks it for:
 
 - ``"list"`` (target ``"runs"``): the runs list and its counts;
 - ``"status"`` (target: the run id as the request spelt it): one run;
-- ``"cancel"``, ``"retry"``, ``"signal"`` (target: the run id): the actions.
+- ``"cancel"``, ``"retry"``, ``"signal"`` (target: the run id): the actions;
+- ``"cancel"``, ``"retry"`` (target ``"runs"``): a bulk action, before it picks
+  runs; then each picked run is asked about by its id.
 
 The page shows an action's button only when the hook allows it for that run.
 """

@@ -3,7 +3,8 @@
 ``status``, ``workflow``, ``since`` / ``until`` (epoch milliseconds, an ISO
 8601 instant, UTC unless it carries an offset, or an age before the store's
 now: ``90s``, ``30m``, ``1h``, ``2d``, ``1w``), ``q`` (a run id or an
-idempotency key), ``limit`` (1 to :data:`~.reads.MAX_LIMIT`) and ``offset``.
+idempotency key), ``limit`` (1 to :data:`~.reads.MAX_LIMIT`), ``offset`` and
+``before`` (a page's ``next_cursor``: the next page, at the cost of the first).
 An unknown key is refused, so a typo never lists everything.
 """
 
@@ -14,10 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..store.model import RunStatus
-from .reads import DEFAULT_LIMIT, MAX_LIMIT, RunFilter
+from ..model.cursor import RunCursor
+from ..model.values import RunStatus
+from .reads import DEFAULT_LIMIT, MAX_LIMIT, MAX_STEPS_LIMIT, STEPS_LIMIT, RunFilter
 
-KEYS = ("status", "workflow", "since", "until", "q", "limit", "offset")
+KEYS = ("status", "workflow", "since", "until", "q", "limit", "offset", "before")
 """What the runs list's query string may hold."""
 
 AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)\s*$", re.IGNORECASE)
@@ -42,6 +44,7 @@ class RunQuery:
     filters: RunFilter
     limit: int
     offset: int
+    before: RunCursor | None = None
 
 
 def parse_instant(text: str, what: str, now_ms: Callable[[], int]) -> int:
@@ -110,4 +113,29 @@ def parse_run_query(query: Mapping[str, str], now_ms: Callable[[], int]) -> RunQ
     )
     limit = _whole(given["limit"], "limit", 1, MAX_LIMIT) if "limit" in given else DEFAULT_LIMIT
     offset = _whole(given["offset"], "offset", 0, MAX_OFFSET) if "offset" in given else 0
-    return RunQuery(filters, limit, offset)
+    before = None
+    if "before" in given:
+        try:
+            before = RunCursor.parse(given["before"])
+        except ValueError as exc:
+            raise QueryError(f"before: {exc}; pass a page's next_cursor") from None
+    return RunQuery(filters, limit, offset, before)
+
+
+@dataclass(frozen=True)
+class StepsQuery:
+    """A checked run request's page of steps: after which ``seq``, how many."""
+
+    after: int | None
+    limit: int
+
+
+def parse_steps_query(query: Mapping[str, str]) -> StepsQuery:
+    """The page of steps a run request asks for: ``steps_after`` (a page's
+    ``next_steps``) and ``steps_limit`` (1 to :data:`~.reads.MAX_STEPS_LIMIT`,
+    :data:`~.reads.STEPS_LIMIT` when absent). Other keys are left alone."""
+    after, limit = query.get("steps_after", ""), query.get("steps_limit", "")
+    return StepsQuery(
+        after=_whole(after, "steps_after", 0, MAX_OFFSET) if after != "" else None,
+        limit=_whole(limit, "steps_limit", 1, MAX_STEPS_LIMIT) if limit != "" else STEPS_LIMIT,
+    )

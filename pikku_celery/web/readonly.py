@@ -13,8 +13,8 @@ from typing import Any
 from ..engine.core import WorkflowEngine
 from ..errors import PikkuError, UnknownTaskError
 from ..lease.memory import InMemoryLeaseService
-from ..store.base import WorkflowStore
-from ..store.model import StepState
+from ..model.values import StepState
+from ..ports.store import WorkflowStore
 from .permissions import READ_ACTIONS, Permission
 
 WHY = "no app (-A) to send cancel, retry or signal through"

@@ -16,9 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..engine.handle import StepHistory
-from ..names import SIGNAL_PREFIX
-from ..payload import UnreadableValue
-from ..store.model import (
+from ..model.values import (
     EAGER,
     JSON,
     AttemptState,
@@ -29,6 +27,9 @@ from ..store.model import (
     StepState,
     StepStatus,
 )
+from ..names import SIGNAL_PREFIX
+from ..payload import UnreadableValue
+from ..store.events import RunEvent, event_step_name, events_of
 from ..times import iso as iso  # re-exported: the one spelling of a time
 from .durations import (
     attempt_duration_ms,
@@ -106,12 +107,26 @@ def run_summary(
     }
 
 
+def run_links(run: RunState) -> list[tuple[str, str]]:
+    """The runs this one is linked to, by what they are to it: its parent,
+    and the runs before and after it in a ``continue_as_new`` chain."""
+    links = [
+        ("parent run", run.parent_run_id),
+        ("continued from", run.continued_from),
+        ("continued as", run.continued_as),
+    ]
+    return [(what, run_id) for what, run_id in links if run_id is not None]
+
+
 def run_detail(run: RunState, now: int) -> dict[str, Any]:
     """One run shown whole, without its steps."""
     return {
         **run_summary(run, now),
         "parent_step_id": run.parent_step_id,
+        "continued_from": run.continued_from,  # continue_as_new: the run before this one
+        "continued_as": run.continued_as,  # and the run after it
         "wake_at": iso(run.wake_at),
+        "deadline_at": iso(run.deadline_at),  # start(timeout=): it fails once this passes
         "input": stored(run.input),
         "output": stored(run.output),
         "error": stored(run.error),  # whole, where the listing shows one line
@@ -189,6 +204,7 @@ def step_json(history: StepHistory, now: int, retried: Sequence[int] = ()) -> di
         "updated_at": iso(step.updated_at),
         "scheduled_at": iso(step.scheduled_at),
         "wake_at": iso(step.wake_at),
+        "timeout_s": seconds(step.timeout_ms),  # ctx.step(timeout=): each attempt's limit
         "duration_s": seconds(step_duration_ms(history, now)),
         "lease_expires_at": iso(step.lease_expires_at),
         "lease_remaining_s": seconds(lease_remaining_ms(step, now)),
@@ -241,3 +257,21 @@ def timers_json(steps: Sequence[StepState], now: int) -> list[dict[str, Any]]:
             }
         )
     return timers
+
+
+def event_json(event: RunEvent) -> dict[str, Any]:
+    """One progress event: key, its number among that key's events (the
+    highest is the latest value), the value, when it was recorded and the
+    value step that holds it."""
+    return {
+        "key": event.key,
+        "number": event.number,
+        "value": stored(event.value),
+        "at": iso(event.created_at),
+        "step": event_step_name(event.key, event.number),
+    }
+
+
+def events_json(steps: Sequence[StepState]) -> list[dict[str, Any]]:
+    """The run's progress events (``ctx.set_event``), in the order set."""
+    return [event_json(event) for event in events_of(steps)]

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from pikku_celery.engine.handle import RunHandle
-from pikku_celery.store.schema import metadata
+from pikku_celery.sql.schema import metadata
 from tests.broker.pool_extras import CHAIN, SLOW, busy_pids, chain_output
 from tests.celery import realapp
 from tests.celery.workers import CeleryProcess, WorkerProcess, beat, worker

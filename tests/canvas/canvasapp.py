@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from celery import Celery
+from celery import Celery, chain, group
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import task_received
 
 from pikku_celery import Pikku, step_connection, transactional
 
@@ -122,3 +124,118 @@ def install(app: Celery, pikku: Pikku, env: Mapping[str, str]) -> None:
             mark.write_text(str(os.getpid()))
             threading.Event().wait(600)
         return value
+
+    @app.task(name="c.replace_with_chain", bind=True, shared=False)
+    def replace_with_chain(self: Any, x: int) -> Any:
+        """Replaces itself (``self.replace``) with ``add(x, 1) | mul(10)``."""
+        return self.replace(chain(add.s(x, 1), mul.s(10)))
+
+    @app.task(name="c.replace_with_group", bind=True, shared=False)
+    def replace_with_group(self: Any, x: int) -> Any:
+        """Replaces itself with ``group(add(x, 1), add(x, 2))``."""
+        return self.replace(group(add.s(x, 1), add.s(x, 2)))
+
+    @app.task(name="c.replace_with_boom", bind=True, shared=False)
+    def replace_with_boom(self: Any, x: Any) -> Any:
+        """Replaces itself with a task that fails."""
+        return self.replace(boom.si(x))
+
+    @app.task(name="c.replace_with_hang", bind=True, shared=False)
+    def replace_with_hang(self: Any, value: Any, key: str) -> Any:
+        """Counts its runs, then replaces itself with ``hang_first | ledger``."""
+        push(f"{key}:replaced", value)
+        return self.replace(chain(hang_first.si(value, key), ledger.s(key)))
+
+    @pikku.workflow(name="c.replacing_workflow")
+    def replacing_workflow(ctx: Any, x: int) -> Any:
+        """A workflow whose step's task replaces itself."""
+        replaced = ctx.step("replaced", "c.replace_with_chain", x)
+        grouped = ctx.step("grouped", "c.replace_with_group", x)
+        return {"replaced": replaced, "grouped": grouped, "after": ctx.step("after", add, 1, 1)}
+
+    @app.task(name="c.type_names", shared=False)
+    def type_names(*values: Any) -> list[str]:
+        """The type of each argument, as the task received it."""
+        return [type(v).__name__ for v in values]
+
+    @app.task(name="c.own_id", bind=True, shared=False)
+    def own_id(self: Any, *_: Any) -> str:
+        """The id the task sees as ``self.request.id``."""
+        return str(self.request.id)
+
+    @app.task(name="c.record_errback_id", shared=False)
+    def record_errback_id(request: Any, exc: BaseException, traceback: Any, tag: str) -> None:
+        """A new-style errback that records the failed request's id."""
+        push(tag, request.id)
+
+    @app.task(name="c.own_priority", bind=True, shared=False)
+    def own_priority(self: Any, *_: Any) -> Any:
+        """The priority the task's request says it was delivered with."""
+        return (self.request.delivery_info or {}).get("priority")
+
+    @app.task(name="c.fail_with_args", shared=False)
+    def fail_with_args(*values: Any) -> None:
+        """Raises an exception made with several arguments."""
+        raise ValueError("Task expected to fail", *values)
+
+    @app.task(name="c.adds_to_chord", bind=True, shared=False)
+    def adds_to_chord(self: Any, nums: list[int], val: int) -> int:
+        """Adds ``add(num, val)`` to its chord for each num (``self.add_to_chord``)."""
+        for num in nums:
+            self.add_to_chord(add.s(num, val))
+        return 0
+
+    @app.task(name="c.adds_chord_to_chord", bind=True, shared=False)
+    def adds_chord_to_chord(self: Any, nums: list[int], val: int) -> int:
+        """Adds ``group(add(num, val) ...) | tsum`` to its chord."""
+        self.add_to_chord(group([add.s(num, val) for num in nums]) | tsum.s())
+        return 0
+
+    @app.task(name="c.soft_guarded", shared=False)
+    def soft_guarded(value: int) -> int:
+        """Waits for its soft time limit and returns 0 when it comes (else ``value``)."""
+        try:
+            threading.Event().wait(10)
+        except SoftTimeLimitExceeded:
+            return 0
+        return value
+
+    @app.task(name="c.own_eta", bind=True, shared=False)
+    def own_eta(self: Any, *_: Any) -> Any:
+        """The ``eta`` the task's request says it was due at (None: not delayed)."""
+        return self.request.eta
+
+    @app.task(name="c.slow", shared=False)
+    def slow(value: Any, seconds: float) -> Any:
+        """Returns ``value`` after ``seconds`` (an errback that takes its time)."""
+        threading.Event().wait(seconds)
+        return value
+
+    @app.task(name="c.lineage", bind=True, shared=False)
+    def lineage(self: Any, label: str, tag: str) -> str:
+        """Records ``[label, id, root_id, parent_id]`` of its request."""
+        request = self.request
+        push(tag, [label, request.id, request.root_id, request.parent_id])
+        return label
+
+    @app.task(name="c.stamps_seen", bind=True, shared=False)
+    def stamps_seen(self: Any, *_: Any) -> dict[str, Any]:
+        """The stamps its request carries (Celery's stamping API)."""
+        names = sorted(self.request.stamped_headers or [])
+        stamps = self.request.stamps or {}
+        return {"stamped_headers": names, "stamps": {n: stamps.get(n) for n in names}}
+
+    @task_received.connect(weak=False)
+    def record_received_stamps(request: Any = None, **_: Any) -> None:
+        """A message's stamps as the worker received them, under the tag its
+        ``tag`` stamp names (what a ``task_received`` handler sees)."""
+        stamps = dict(getattr(request, "stamps", None) or {})
+        if isinstance(stamps.get("tag"), str):
+            push(f"received:{stamps['tag']}", stamps)
+
+    @app.task(name="c.replace_with_lineage", bind=True, shared=False)
+    def replace_with_lineage(self: Any, tag: str) -> Any:
+        """Records its lineage as ``t``, then replaces itself with two that do."""
+        request = self.request
+        push(tag, ["t", request.id, request.root_id, request.parent_id])
+        return self.replace(chain(lineage.si("r1", tag), lineage.si("r2", tag)))

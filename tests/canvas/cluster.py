@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,11 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from pikku_celery.store.schema import metadata
+from pikku_celery.sql.schema import metadata
 from tests.celery import realapp
 from tests.celery.workers import CeleryProcess, beat, worker
-from tests.services import SESSION_TAG
-from tests.throwaway import ThrowawayRedis
+from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
+from tests.throwaway import ThrowawayRedis, throwaway_redis
 
 BROKER_DB = 0  # flushed by the broker-loss test: nothing else lives there
 BACKEND_DB = 1  # plain Celery's results (the semantic table)
@@ -78,32 +79,30 @@ def canvas_tables(postgres_url: str) -> str:
     return postgres_url
 
 
-@pytest.fixture
-def canvas_cluster(
-    request: pytest.FixtureRequest,
-    canvas_tables: str,
-    tmp_path: Path,
-    throwaway_redis_server: ThrowawayRedis,
+@contextmanager
+def running_cluster(
+    label: str, workdir: Path, canvas_tables: str, server: ThrowawayRedis
 ) -> Iterator[CanvasCluster]:
-    broker = redis_db(throwaway_redis_server, BROKER_DB)
-    records_url = redis_db(throwaway_redis_server, RECORDS_DB)
+    """A beat and one worker on queues and record keys named after ``label``."""
+    broker = redis_db(server, BROKER_DB)
+    records_url = redis_db(server, RECORDS_DB)
     env = {
         "PIKKU_T_BROKER": broker,
-        "PIKKU_T_BACKEND": redis_db(throwaway_redis_server, BACKEND_DB),
+        "PIKKU_T_BACKEND": redis_db(server, BACKEND_DB),
         "PIKKU_T_DATABASE": canvas_tables,
-        "PIKKU_T_QUEUE": f"{SESSION_TAG}-canvas-{request.node.name[:24]}",
+        "PIKKU_T_QUEUE": f"{SESSION_TAG}-canvas-{label[:24]}",
         "PIKKU_T_VISIBILITY": str(VISIBILITY),
         "PIKKU_T_SWEEP": str(SWEEP),
-        "PIKKU_T_MARKS": str(tmp_path),
+        "PIKKU_T_MARKS": str(workdir),
         "PIKKU_T_EXTRA": "tests.canvas.canvasapp",
-        "PIKKU_T_RECORDS": f"{SESSION_TAG}:canvas:{request.node.name[:24]}",
+        "PIKKU_T_RECORDS": f"{SESSION_TAG}:canvas:{label[:24]}",
         "PIKKU_T_RECORDS_REDIS": records_url,
     }
     app = realapp.build(env)
     records = redis.Redis.from_url(records_url)
-    c = CanvasCluster(env, app, tmp_path, records)
+    c = CanvasCluster(env, app, workdir, records)
     try:
-        c.beat = beat(env, tmp_path)
+        c.beat = beat(env, workdir)
         c.add_worker()
         yield c
     finally:
@@ -118,3 +117,30 @@ def canvas_cluster(
             records.delete(key)
         assert app.pikku.sql_engine is not None
         app.pikku.sql_engine.dispose()
+
+
+@pytest.fixture
+def canvas_cluster(
+    request: pytest.FixtureRequest,
+    canvas_tables: str,
+    tmp_path: Path,
+    throwaway_redis_server: ThrowawayRedis,
+) -> Iterator[CanvasCluster]:
+    with running_cluster(request.node.name, tmp_path, canvas_tables, throwaway_redis_server) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def shared_canvas_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CanvasCluster]:
+    """One cluster (a Redis and a database of its own, a beat, a worker) for
+    every test that needs no cluster of its own: each test's keys and records
+    are its own. Its beat sweeps only its own database: a second sweep over a
+    test cluster's store would re-send that cluster's steps to this broker."""
+    workdir = tmp_path_factory.mktemp("shared-canvas")
+    with scratch_database(PG_ADMIN_URL, f"{SESSION_TAG}_canvas") as url:
+        engine = sa.create_engine(url)
+        metadata.create_all(engine)
+        realapp.ledger.create(engine, checkfirst=True)
+        engine.dispose()
+        with throwaway_redis() as server, running_cluster("shared", workdir, url, server) as c:
+            yield c

@@ -1,5 +1,5 @@
 """The canvas tests' real-worker cluster (see :mod:`tests.canvas.cluster`)."""
 
-from tests.canvas.cluster import canvas_cluster, canvas_tables
+from tests.canvas.cluster import canvas_cluster, canvas_tables, shared_canvas_cluster
 
-__all__ = ["canvas_cluster", "canvas_tables"]
+__all__ = ["canvas_cluster", "canvas_tables", "shared_canvas_cluster"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from celery import chain, chord
+from celery import chain, chord, group
 
 from pikku_celery import IdempotencyKeyReusedError, StepStatus
 from pikku_celery.canvas.shape import walk
@@ -54,3 +54,13 @@ def test_a_node_that_raises_fails_at_once_as_in_celery(cliapp: Any) -> None:
     flaky = {h.step.name: h for h in run.steps()}["canvas.1"]
     assert flaky.step.max_attempts > 1
     assert len(flaky.attempts) == 1
+
+
+def test_a_large_group_counts_the_steps_of_each_run_it_holds(cliapp: Any) -> None:
+    # Its members run in slices, child runs of their own: the group's run
+    # records one step per slice, so a group above the step limit still runs.
+    pikku, add = cliapp.pikku, cliapp.add
+    members = pikku.limits.max_steps_per_run + 1
+    run = pikku.durable(group(add.s(i, 1) for i in range(members)))
+    names = [h.step.name for h in run.steps()]
+    assert 1 < len(names) < members and all("~part" in name for name in names)

@@ -6,8 +6,9 @@ its workers agree: ``PIKKU_T_BROKER``, ``PIKKU_T_DATABASE``, ``PIKKU_T_QUEUE``
 (seconds), ``PIKKU_T_MARKS`` (a folder for pid marks), ``PIKKU_T_METRICS``
 (``1``: the worker-side Prometheus metrics), ``PIKKU_T_FLOW_CODE`` (the
 code of :mod:`.versioned_flows` it runs), ``PIKKU_T_EXTRA`` (modules whose
-``install(app, pikku, env)`` adds a test's own tasks) and ``PIKKU_T_KEYPREFIX``
-(a Redis broker node's key prefix). Workers load the
+``install(app, pikku, env)`` adds a test's own tasks), ``PIKKU_T_KEYPREFIX``
+(a Redis broker node's key prefix) and ``PIKKU_T_POOLER`` (``Pikku(pooler=...)``:
+the database URL goes through PgBouncer). Workers load the
 module-level ``app``, built from their environment.
 """
 
@@ -85,6 +86,8 @@ def build(env: Mapping[str, str], **pikku_options: Any) -> TestApp:
         worker_hijack_root_logger=False,
     )
     amqp = broker.startswith("amqp")
+    if env.get("PIKKU_T_POOLER"):
+        pikku_options.setdefault("pooler", env["PIKKU_T_POOLER"])
     pikku = Pikku(
         app,
         database,

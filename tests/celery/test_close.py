@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -208,3 +209,26 @@ def test_the_listener_listens_again_after_its_connection_is_killed(pg_url: str) 
     finally:
         pikku.close()
     assert gone(name)
+
+
+def test_a_pikku_that_disconnected_its_signals_no_longer_hears_a_worker_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from celery import signals
+
+    nowhere = tmp_path / "missing" / "dir" / "s.db"
+    pikku = Pikku(Celery("dropped", broker="memory://"), f"sqlite:///{nowhere}")
+
+    def heard() -> bool:  # other tests' Pikkus may hear the signal too
+        return any(str(nowhere) in r.getMessage() for r in caplog.records)
+
+    try:
+        signals.worker_ready.send(sender=None)  # no database: the worker says so
+        assert heard()
+        caplog.clear()
+        pikku.disconnect_signals()
+        signals.worker_ready.send(sender=None)
+        assert not heard()
+    finally:
+        pikku.disconnect_signals()
+        pikku.close()

@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from benchmarks.wal import database_oid, wal_position, write_transactions
+from pikku_celery.model.values import BROKER, EAGER
 from pikku_celery.store import AttemptStatus
-from pikku_celery.store.model import BROKER, EAGER
 from pikku_celery.testing.nodes import LocalRedisContainer
 from tests.helpers import wait_until
 from tests.services import SESSION_TAG
 from tests.throwaway import ThrowawayPostgres
+from tests.wal import database_oid, wal_position, write_transactions
 
 from . import eagerapp, realapp
 from .test_real_workers import _broker, pg_tables, tear_down  # noqa: F401 - a fixture
@@ -160,8 +160,9 @@ def test_a_ten_step_run_runs_eagerly_at_one_durable_commit_per_step(
 
 
 def test_steps_that_cannot_run_here_travel_through_the_broker(cluster: Cluster) -> None:
-    """Another queue's step, a rate-limited or time-limited task, a retried
-    attempt and a fan-out's other branches are messages; the rest is eager."""
+    """Another queue's step, a rate-limited task, a retried attempt and a
+    fan-out's other branches are messages; the rest is eager (a task with a
+    time limit too: its limit is enforced in the worker's process)."""
     other = cluster.app.queues[2]
     cluster.add_worker()
     cluster.add_worker(queues=[other])
@@ -171,7 +172,7 @@ def test_steps_that_cannot_run_here_travel_through_the_broker(cluster: Cluster) 
     assert seen["a"] == [(BROKER, AttemptStatus.SUCCEEDED)]
     assert seen["other-queue"] == [(BROKER, AttemptStatus.SUCCEEDED)]
     assert seen["rate-limited"] == [(BROKER, AttemptStatus.SUCCEEDED)]
-    assert seen["time-limited"] == [(BROKER, AttemptStatus.SUCCEEDED)]
+    assert seen["time-limited"] == [(EAGER, AttemptStatus.SUCCEEDED)]
     assert seen["retried"] == [(EAGER, AttemptStatus.FAILED), (BROKER, AttemptStatus.SUCCEEDED)]
     assert seen["after"] == [(EAGER, AttemptStatus.SUCCEEDED)]
     branches = sorted(seen[f"branch{i}"][0][0] or "" for i in range(3))

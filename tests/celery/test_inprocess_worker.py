@@ -100,7 +100,7 @@ def test_each_attempt_names_the_celery_message_that_carried_it_and_the_worker_no
 ) -> None:
     from celery import signals
 
-    from pikku_celery.store.model import EAGER
+    from pikku_celery.model.values import EAGER
 
     _, order = shop_app
     carried: dict[str, str] = {}  # the run-step messages the worker ran: id -> its hostname

@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import AttemptStatus, RunStatus, StepKind
-from pikku_celery.store.schema import metadata
 from pikku_celery.testing.nodes import LocalRabbitMQContainer, LocalRedisContainer
 from tests.helpers import wait_until
 from tests.services import AMQP_URL, REDIS_URL, SESSION_TAG, unavailable

@@ -26,9 +26,9 @@ from celery import Celery
 import pikku_celery.broker  # noqa: F401  (the sqlite-queue:// scheme)
 from pikku_celery import Context, Pikku
 from pikku_celery.engine.execute import call_with
+from pikku_celery.model.values import step_id_for
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import AttemptStatus, StepStatus
-from pikku_celery.store.model import step_id_for
-from pikku_celery.store.schema import metadata
 from tests.helpers import wait_until
 from tests.services import MYSQL_ADMIN_URL, PG_ADMIN_URL, SESSION_TAG, scratch_database
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import AttemptStatus
-from pikku_celery.store.schema import metadata
 from pikku_celery.testing.nodes import LocalRedisContainer
 from tests.helpers import wait_until
 from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database, unavailable

@@ -16,9 +16,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from pikku_celery.store.schema import step_table
+from pikku_celery.sql.schema import step_table
 from tests.helpers import wait_until
-from tests.services import REDIS_URL, SESSION_TAG, unavailable
+from tests.services import SESSION_TAG, reachable_redis
 
 from . import realapp
 from .sweep_flows import queues
@@ -65,7 +65,7 @@ class Cluster:
 
 
 def realapp_runs(engine: sa.Engine, workflow: str) -> list[str]:
-    from pikku_celery.store.schema import run_table
+    from pikku_celery.sql.schema import run_table
 
     with engine.connect() as conn:
         q = sa.select(run_table.c.id).where(run_table.c.workflow == workflow)
@@ -74,12 +74,7 @@ def realapp_runs(engine: sa.Engine, workflow: str) -> list[str]:
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    url = REDIS_URL.rsplit("/", 1)[0] + f"/{BROKER_REDIS_DB}"
-    client = redis.Redis.from_url(url)
-    try:
-        client.ping()
-    except Exception as exc:
-        unavailable("redis", exc)
+    url, client = reachable_redis(BROKER_REDIS_DB)
     env = {
         "PIKKU_T_BROKER": url,
         "PIKKU_T_DATABASE": f"sqlite:///{tmp_path / 'store.db'}",

@@ -25,8 +25,8 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery import Pikku
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import AttemptStatus
-from pikku_celery.store.schema import metadata
 from pikku_celery.testing.nodes import LocalRabbitMQContainer, LocalRedisContainer
 from tests.helpers import wait_until
 from tests.services import (

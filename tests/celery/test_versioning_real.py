@@ -24,9 +24,9 @@ import redis
 import sqlalchemy as sa
 
 from pikku_celery import RunStatus, WorkflowFailedError
-from pikku_celery.store.schema import metadata
+from pikku_celery.sql.schema import metadata
 from tests.helpers import wait_until
-from tests.services import REDIS_URL, SESSION_TAG, unavailable
+from tests.services import SESSION_TAG, reachable_redis
 
 from . import realapp
 from .versioned_flows import PINNED, VERSIONED
@@ -69,11 +69,7 @@ class Deploy:
 
 @pytest.fixture
 def deploy(postgres_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Deploy]:
-    url = REDIS_URL.rsplit("/", 1)[0] + f"/{BROKER_REDIS_DB}"
-    try:
-        redis.Redis.from_url(url).ping()
-    except Exception as exc:
-        unavailable("redis", exc)
+    url, _ = reachable_redis(BROKER_REDIS_DB)
     engine = sa.create_engine(postgres_url)
     metadata.create_all(engine)
     engine.dispose()

@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from pikku_celery import Context, Pikku
+from pikku_celery import Concurrency, Context, Pikku
 
 DB_PATH = os.environ["PIKKU_CLI_TEST_DB"]
 FAILING: set[str] = {"cliapp.flaky"}  # tasks that raise; tests clear it to let them pass
@@ -23,7 +23,15 @@ app.conf.update(
     task_default_queue="celery",
     task_routes={"cliapp.ship": {"queue": "shipping"}},
 )
-pikku = Pikku(app, f"sqlite:///{DB_PATH}", queue_leases={"shipping": 45}, message_grace=0.0)
+# outage_timeout: a command against an unreachable database rides out one
+# second of outage, not the default ten, before its one-line error
+pikku = Pikku(
+    app,
+    f"sqlite:///{DB_PATH}",
+    queue_leases={"shipping": 45},
+    message_grace=0.0,
+    outage_timeout=1.0,
+)
 
 
 @app.task(name="cliapp.add", shared=False)
@@ -58,3 +66,14 @@ def fragile(ctx: Context, value: Any) -> Any:
 @pikku.workflow(name="approval")
 def approval(ctx: Context) -> Any:
     return ctx.wait_for_signal("approve")
+
+
+@pikku.workflow(name="one_per_customer", concurrency=Concurrency(key=lambda data: data["customer"]))
+def one_per_customer(ctx: Context, data: dict[str, Any]) -> Any:
+    return ctx.step("add", add, data["a"], 1)
+
+
+@pikku.workflow(name="broken")
+def broken(ctx: Context, n: int) -> Any:
+    """Fails in its body at once: many failed runs, cheaply (bulk retry)."""
+    raise ValueError(f"broken run {n} [on purpose]")

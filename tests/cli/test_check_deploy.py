@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pikku_celery.store.model import Decision, NewRun, NewStep, StepKind
+from pikku_celery.engine.passes import take_pass
+from pikku_celery.model.values import Decision, NewRun, NewStep, StepKind
 from tests.cli.test_cli import A, cli, cliapp, ok_json, other  # noqa: F401 - fixtures
 
 
@@ -18,7 +19,7 @@ def started_on_older_code(app: Any) -> str:
     store = app.pikku.store
     run, _ = store.create_run(NewRun(workflow="order", input={"a": 1, "b": 2}))
     old = NewStep("old-add", 0, StepKind.TASK, task_name="cliapp.add", args=[1, 2])
-    store.advance(run.id, None, lambda view: Decision(new_steps=[old]))
+    take_pass(store, run.id, None, lambda view: Decision(new_steps=[old]))
     return str(run.id)
 
 

@@ -20,13 +20,12 @@ from typing import Any
 
 import click
 import pytest
-from celery import signals
 from click.testing import CliRunner, Result
 
 from pikku_celery.cli import CliState, main
 from pikku_celery.errors import UnknownWorkflowError
+from pikku_celery.model.values import NewRun, StepKind, StepStatus
 from pikku_celery.store import migrate
-from pikku_celery.store.model import NewRun, StepKind, StepStatus
 
 MODULE = "tests.cli.cliapp"
 A = ("-A", MODULE)
@@ -43,7 +42,7 @@ def cliapp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     module = importlib.import_module(MODULE)
     yield module
     sys.modules.pop(MODULE, None)
-    signals.worker_process_init.disconnect(module.pikku._after_fork)
+    module.pikku.disconnect_signals()
     module.pikku.sql_engine.dispose()
 
 
@@ -172,6 +171,15 @@ def test_runs_list_filters_and_pages(cliapp: Any) -> None:
     paged = [r["id"] for p in (page1, page2, page3) for r in p["runs"]]
     assert paged == [r["id"] for r in listed["runs"]]
     assert ok_json(*A, "runs", "list", "--page", "9")["runs"] == []
+    # the same pages by keyset: each page's next_cursor starts the next
+    keyset = [ok_json(*A, "runs", "list", "--limit", "2")]
+    while keyset[-1]["next_cursor"]:
+        keyset.append(
+            ok_json(*A, "runs", "list", "--limit", "2", "--before", keyset[-1]["next_cursor"])
+        )
+    assert [r["id"] for p in keyset for r in p["runs"]] == paged
+    bad_cursor = cli(*A, "runs", "list", "--before", "yesterday")
+    assert bad_cursor.exit_code == 2 and "not a runs-list cursor" in bad_cursor.output
 
     assert len(ok_json(*A, "runs", "list", "--since", "1h")["runs"]) == 5
     assert len(ok_json(*A, "runs", "list", "--since", "2000-01-01")["runs"]) == 5
@@ -206,11 +214,17 @@ def test_runs_show_lists_steps_with_attempts_durations_and_leases(cliapp: Any) -
         "now",
         "run",
         "steps",
+        "steps_after",
+        "steps_limit",
+        "next_steps",
+        "steps_total",
+        "step_counts",
         "signals",
         "timers",
         "children",
         "waiting",
         "audit",
+        "events",
     }
     run = shown["run"]
     assert run["status"] == "completed" and run["output"] == {"total": 5, "label": "parcel-5"}
@@ -366,6 +380,8 @@ def test_sweep_once_resends_a_lost_step_message(cliapp: Any) -> None:
         "resent",
         "due",
         "idle",
+        "admitted",
+        "overdue",
         "total",
         "skipped",
     }
@@ -630,7 +646,7 @@ def other(cliapp: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
     module.url = f"sqlite:///{path}"
     module.pikku.store.list_runs()  # the deployment's SQLite store makes its tables
     yield module
-    signals.worker_process_init.disconnect(module.pikku._after_fork)
+    module.pikku.disconnect_signals()
     module.pikku.sql_engine.dispose()
 
 
@@ -665,6 +681,26 @@ def test_runs_list_reads_the_database_url_not_the_apps_database(
         *A, "runs", "list", "--json", env={"PIKKU_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
     )
     assert ids(own) == [in_app] and own.stderr == ""  # the app's own database: as without it
+
+
+def test_runs_show_prints_a_page_of_steps_and_how_many_more(cliapp: Any) -> None:
+    done = start(cliapp, "order", {"a": 2, "b": 3})
+    drive(cliapp, done)
+    first = cli(*A, "runs", "show", done, "--steps", "1")
+    assert first.exit_code == 0, first.output
+    assert "cliapp.add" in first.output and "cliapp.ship" not in first.output
+    assert "1 more step(s) not shown: add --steps-after 0" in first.output
+    rest = cli(*A, "runs", "show", done, "--steps", "1", "--steps-after", "0")
+    assert "cliapp.ship" in rest.output and "cliapp.add" not in rest.output
+    assert "more step(s) not shown" not in rest.output
+    whole = cli(*A, "runs", "show", done)
+    assert "cliapp.add" in whole.output and "cliapp.ship" in whole.output
+    assert "not shown" not in whole.output
+
+    shown = ok_json(*A, "runs", "show", done, "--steps", "1")
+    assert [s["name"] for s in shown["steps"]] == ["add"]
+    assert (shown["next_steps"], shown["steps_total"]) == (0, 2)
+    assert cli(*A, "runs", "show", done, "--steps", "0").exit_code == 2
 
 
 def test_runs_show_of_a_run_only_in_the_database_url(cliapp: Any, other: Any) -> None:
@@ -879,7 +915,7 @@ def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[
 
 def test_every_command_has_help() -> None:
     paths = list(_commands(main))
-    assert {p[0] for p in paths} == {"db", "runs", "signal", "sweep", "leases", "web"}
+    assert {p[0] for p in paths} == {"db", "runs", "signal", "sweep", "leases", "web", "schedules"}
     for path in [(), *paths]:
         result = cli(*path, "--help")
         assert result.exit_code == 0, path
@@ -896,7 +932,7 @@ def test_every_command_has_help() -> None:
 
 def test_every_command_takes_the_database_url() -> None:
     leaves = [p for p in _commands(main) if not isinstance(_command(p), click.Group)]
-    assert len(leaves) == 12
+    assert len(leaves) == 15
     for path in leaves:
         result = cli(*path, "--help")
         assert result.exit_code == 0, path

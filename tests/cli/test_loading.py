@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from celery import signals
 
 from pikku_celery import Pikku, RunStatus
 from pikku_celery.errors import UnknownWorkflowError
-from pikku_celery.store.model import NewRun
+from pikku_celery.model.values import NewRun
 from tests.celery.workers import worker
 from tests.cli.test_cli import cli
 
@@ -66,8 +65,7 @@ def fresh_project(key: str) -> Project:
 
 
 def let_go(project: Project) -> None:
-    signals.worker_process_init.disconnect(project.pikku._after_fork)
-    signals.worker_ready.disconnect(project.pikku._check_store)
+    project.pikku.disconnect_signals()
     project.pikku.close()
     forget(project.package)
 

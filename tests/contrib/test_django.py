@@ -321,6 +321,18 @@ def test_outside_a_transaction_it_starts_at_once(shop: support.Pikku) -> None:
     assert shop.handle(pending.run_id).status() == RunStatus.RUNNING
 
 
+def test_a_timeout_becomes_the_runs_deadline_from_its_start_after_commit(
+    shop: support.Pikku,
+) -> None:
+    with transaction.atomic():
+        with pytest.raises(ValueError, match="timeout"):
+            start_on_commit(order_workflow(shop), ORDER_INPUT, timeout=0)
+        pending = start_on_commit(order_workflow(shop), ORDER_INPUT, timeout=600)
+    assert pending.handle is not None
+    state = pending.handle.state()
+    assert state.deadline_at == state.created_at + 600_000
+
+
 def test_bad_input_is_refused_inside_the_transaction(shop: support.Pikku) -> None:
     before = run_count(shop)
     with transaction.atomic():

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.sql.engines import create_sqlite_engine
-from pikku_celery.store.schema import run_table
+from pikku_celery.sql.schema import run_table
 from tests.celery.workers import WorkerProcess, worker
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 from flask import Blueprint, Flask, request
 from flask.testing import FlaskClient
 
-from pikku_celery import Pikku, RunStatus
+from pikku_celery import Context, Pikku, RunStatus
 from pikku_celery.contrib.flask import ENVELOPE_BYTES, PikkuFlask, current_pikku, make_blueprint
 
 from . import support
@@ -109,6 +109,13 @@ def test_start_answers_202_with_the_run_and_its_location(
     assert again.json["id"] == body["id"]
 
 
+def test_start_with_a_timeout_gives_the_run_its_deadline(client: FlaskClient, pikku: Pikku) -> None:
+    response = start(client, {"input": {"a": 2, "b": 3}, "timeout": 600})
+    assert response.status_code == 202, response.json
+    state = pikku.handle(response.json["id"]).state()
+    assert state.deadline_at == state.created_at + 600_000
+
+
 def test_an_explicit_null_input_starts_with_null_input(client: FlaskClient) -> None:
     response = client.post(f"/api/workflows/{support.FLAKY}/runs", json={"input": None})
     assert response.status_code == 202, response.json
@@ -149,6 +156,8 @@ def test_start_needs_an_explicit_input(
         ({"json": {"inputs": {}}}, 400, "invalid_body", "'inputs'"),
         ({"json": {"input": {}, "idempotency_key": 5}}, 400, "invalid_payload",
          "idempotency_key must be a str"),
+        ({"json": {"input": {}, "timeout": 0}}, 400, "invalid_payload", "timeout"),
+        ({"json": {"input": {}, "timeout": "soon"}}, 400, "invalid_payload", "timeout"),
     ],
 )  # fmt: skip
 def test_bad_start_requests_are_4xx_with_a_clear_message(
@@ -594,3 +603,26 @@ def test_a_key_reused_with_another_input_is_409_naming_its_run(
     assert "'order-7'" in response.json["message"]
     assert "different input" in response.json["message"]
     assert [r.id for r in pikku.store.list_runs()] == [first.json["id"]]
+
+
+def test_status_lists_the_runs_progress_events_in_order(client: FlaskClient, pikku: Pikku) -> None:
+    add = pikku.app.tasks["contrib.add"]
+
+    @pikku.workflow(name="contrib.progress")
+    def progress(ctx: Context, n: int) -> int:
+        for i in range(n):
+            ctx.step(f"add-{i}", add, i, 1)
+            ctx.set_event("progress", {"done": i + 1, "of": n})
+        return n
+
+    run_id = pikku.start("contrib.progress", 2).run_id
+    assert client.get(f"/api/runs/{run_id}").json["events"] == []
+    while support.run_scheduled_steps(pikku, run_id):
+        pass
+    body = client.get(f"/api/runs/{run_id}").json
+    assert body["status"] == "completed"
+    assert [(e["key"], e["number"], e["value"]) for e in body["events"]] == [
+        ("progress", 0, {"done": 1, "of": 2}),
+        ("progress", 1, {"done": 2, "of": 2}),
+    ]
+    assert body["events"][0]["at"].endswith("Z")

@@ -32,8 +32,8 @@ from pikku_celery.engine.core import WorkflowEngine
 from pikku_celery.engine.dispatcher import Dispatcher
 from pikku_celery.engine.execute import StepBody
 from pikku_celery.lease import InMemoryLeaseService
+from pikku_celery.model.values import StepKind, StepState, StepStatus
 from pikku_celery.store import InMemoryWorkflowStore
-from pikku_celery.store.model import StepKind, StepState, StepStatus
 from pikku_celery.testing.inline import InlineDispatcher
 from tests.helpers import in_process_worker, memory_broker_config, wait_until
 

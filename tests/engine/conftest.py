@@ -17,11 +17,11 @@ STORES = ["memory", "sqlite", "postgres"]
 
 
 def _sql_store(engine: sa.Engine) -> WorkflowStore:
-    from pikku_celery.store.schema import metadata
-    from pikku_celery.store.sql import SQLWorkflowStore
+    from pikku_celery.sql.schema import metadata
+    from pikku_celery.store.sql_for import store_for
 
     metadata.create_all(engine)
-    return SQLWorkflowStore(engine)
+    return store_for(engine)
 
 
 @pytest.fixture(params=STORES)

@@ -13,9 +13,9 @@ import sqlalchemy as sa
 
 from pikku_celery.engine import Context
 from pikku_celery.engine.deploy_check import DeployCheck, check_deploy
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import WorkflowStore
-from pikku_celery.store.schema import metadata
-from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 
 from .conftest import Harness
 from .test_versions import deploy, new_body, old_body, parked_old_run, patched_body
@@ -99,7 +99,7 @@ def test_the_check_writes_nothing(postgres_engine: sa.Engine) -> None:
     """Every statement the check sends (seen by SQLAlchemy's cursor hook) is a
     SELECT, and the runs are as they were."""
     metadata.create_all(postgres_engine)
-    store = SQLWorkflowStore(postgres_engine)
+    store = store_for(postgres_engine)
     name = own_name()
     runs = [parked_old_run(store, name=name)[1] for _ in range(3)]
     before = [store.get_run(r) for r in runs]

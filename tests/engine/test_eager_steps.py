@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from pikku_celery.engine import Context
+from pikku_celery.model.values import BROKER, EAGER, AttemptStatus
 from pikku_celery.store import WorkflowStore
-from pikku_celery.store.model import BROKER, EAGER, AttemptStatus
 from pikku_celery.testing import InlineDispatcher
 from tests.engine.conftest import Harness, make_harness
 

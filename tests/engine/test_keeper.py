@@ -11,6 +11,7 @@ def test_finished_steps_are_forgotten_even_with_long_leases() -> None:
     live = keeper.hold("live", 1, 3_600_000)
     for i in range(10_000):  # an hour-long lease: nothing comes due in this test
         keeper.drop(keeper.hold(f"s{i}", 1, 3_600_000))
-    assert len(keeper._heap) < 200
-    assert any(entry[2] is live for entry in keeper._heap)
+    kept = keeper.kept()
+    assert len(kept) < 200
+    assert any(holding is live for holding in kept)
     keeper.drop(live)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from pikku_celery import Context, RunStatus, StepFailedError
 from pikku_celery.errors import PayloadError, SignalAlreadySentError
-from pikku_celery.store.schema import signal_table
+from pikku_celery.sql.schema import signal_table
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.testing import make_engine
 

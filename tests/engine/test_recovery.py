@@ -252,11 +252,11 @@ class _FlakyStore(InMemoryWorkflowStore):
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(exc, _Outage)
 
-    def advance(self, run_id: str, outcome: Any, decide: Any) -> Any:
-        if outcome is not None and self.failures > 0:
+    def write_pass(self, read: Any, plan: Any) -> Any:
+        if plan.outcome is not None and self.failures > 0:
             self.failures -= 1
             raise _Outage("connection lost")
-        return super().advance(run_id, outcome, decide)
+        return super().write_pass(read, plan)
 
 
 def test_a_finished_attempt_waits_out_a_store_outage_instead_of_losing_its_outcome() -> None:

@@ -13,8 +13,9 @@ from opentelemetry import trace
 
 from pikku_celery import Context
 from pikku_celery.errors import WorkflowStepSupersededError
-from pikku_celery.store import InMemoryWorkflowStore, StepOutcome, WorkflowStore
-from pikku_celery.store.model import AdvanceResult
+from pikku_celery.model.plan import Moved, PassView, PassWrite
+from pikku_celery.model.values import AdvanceResult
+from pikku_celery.store import InMemoryWorkflowStore, WorkflowStore
 from pikku_celery.testing import make_engine
 from pikku_celery.tracing import TracingObserver
 from tests.tracing.support import check_run_trace, finished, memory_tracing, named
@@ -160,10 +161,11 @@ class TakenOverStore(InMemoryWorkflowStore):
     """A store on which every attempt's outcome comes too late: another
     claim has taken the step over meanwhile, so the fenced write is refused."""
 
-    def advance(self, run_id: str, outcome: StepOutcome | None, decide: Any) -> AdvanceResult:
-        if outcome is not None:
-            raise WorkflowStepSupersededError(outcome.step_id, outcome.attempt)
-        return super().advance(run_id, outcome, decide)
+    def write_pass(self, read: PassView, plan: PassWrite) -> AdvanceResult | Moved:
+        if plan.outcome is not None:
+            done = plan.outcome.outcome
+            raise WorkflowStepSupersededError(done.step_id, done.attempt)
+        return super().write_pass(read, plan)
 
 
 def test_an_attempt_whose_write_is_refused_says_so() -> None:

@@ -15,9 +15,10 @@ from pikku_celery import step_connection, transactional
 from pikku_celery.engine import Context, execute
 from pikku_celery.engine.orchestrate import advance
 from pikku_celery.errors import PikkuError, WorkflowFailedError
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import AttemptStatus, InMemoryWorkflowStore, WorkflowStore
-from pikku_celery.store.schema import metadata
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import InlineDispatcher, make_engine
 from tests.helpers import wait_until
 
@@ -37,7 +38,7 @@ def sql_store(request: pytest.FixtureRequest) -> Iterator[SQLWorkflowStore]:
     engine: sa.Engine = request.getfixturevalue(f"{request.param}_engine")
     metadata.create_all(engine)
     ledger.create(engine, checkfirst=True)
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
     yield store
     store.close()
 
@@ -236,3 +237,30 @@ def test_a_committed_step_whose_pass_is_slow_does_not_claim_its_lease_was_lost(
     assert _rows(sql_store, run.run_id) == [1]
     lost = [r.getMessage() for r in caplog.records if "lost its lease" in r.getMessage()]
     assert lost == []
+
+
+def test_a_transactional_step_stopped_at_its_timeout_rolls_its_writes_back(
+    sql_store: SQLWorkflowStore,
+) -> None:
+    h = _harness(sql_store)
+
+    @h.task
+    @transactional
+    def book(run_id: str) -> str:
+        call = h.count("book")
+        step_connection().execute(ledger.insert().values(run_id=run_id, call=call))
+        if call == 1:
+            while True:
+                time.sleep(0.05)
+        return "booked"
+
+    @h.workflow
+    def wf(ctx: Context) -> Any:
+        return ctx.step("book", book, ctx.run_id, retries=1, retry_delay=0, timeout=0.3)
+
+    run = wf.start()
+    h.run(timeout=20)
+    assert run.wait(timeout=5) == "booked"
+    assert _rows(sql_store, run.run_id) == [2]  # the stopped attempt's row rolled back
+    (hist,) = run.steps()
+    assert [a.status for a in hist.attempts] == [AttemptStatus.FAILED, AttemptStatus.SUCCEEDED]

@@ -15,8 +15,8 @@ from pikku_celery import UnknownPatchError, UnknownWorkflowVersionError, Workflo
 from pikku_celery.engine import Context, Workflow
 from pikku_celery.engine.versions import HASH_PREFIX, source_version, version_order
 from pikku_celery.errors import PayloadError
+from pikku_celery.model.values import NewRun
 from pikku_celery.store import InMemoryWorkflowStore, RunStatus, WorkflowStore
-from pikku_celery.store.model import NewRun
 
 from .conftest import Harness, make_harness
 

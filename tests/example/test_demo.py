@@ -18,20 +18,53 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_the_demo_runs_every_order_to_its_designed_end(tmp_path: Path) -> None:
+def test_the_demo_runs_every_order_to_its_designed_end_and_serves_its_run_page(
+    tmp_path: Path,
+) -> None:
+    """One demo run (it costs seconds): its report, then its page and metrics."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIKKU_DEMO_")}
     env["PIKKU_DEMO_HOME"] = str(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "example_project", "--json", "--timeout", "80"],
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "example_project", "--json", "--web", "--web-port", "0"],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
     )
-    log = (tmp_path / "worker.log").read_text() if (tmp_path / "worker.log").exists() else ""
-    assert done.returncode == 0, f"{done.stderr[-3000:]}\n--- worker log\n{log[-3000:]}"
-    report = json.loads(done.stdout)
+    try:
+        address = None
+        assert demo.stderr is not None
+        progress = []
+        for line in demo.stderr:  # the demo's progress, then the page's address
+            progress.append(line)
+            if line.startswith("run page: "):
+                address = line.split()[2]
+                break
+        log = (tmp_path / "worker.log").read_text() if (tmp_path / "worker.log").exists() else ""
+        assert address is not None, (
+            f"no run page address: {''.join(progress)[-3000:]}\n{log[-3000:]}"
+        )
+        base, _, run_id = address.partition("?run=")
+        with urllib.request.urlopen(f"{base}api/runs/{run_id}", timeout=10) as answer:
+            shown = json.load(answer)
+        attempts = {s["name"]: [a["status"] for a in s["attempts"]] for s in shown["steps"]}
+        assert attempts["pack"] == ["superseded", "succeeded"]  # the worker killed mid-step
+        with urllib.request.urlopen(f"{base}metrics", timeout=10) as answer:
+            scraped = answer.read().decode()
+        runs = {
+            sample.labels["status"]: sample.value
+            for family in text_string_to_metric_families(scraped)
+            if family.name == "pikku_runs"
+            for sample in family.samples
+        }
+        # Eight orders and their shipping children, all settled.
+        assert runs["running"] == 0 and runs["completed"] >= 8
+    finally:
+        demo.send_signal(signal.SIGINT)
+        out, _ = demo.communicate(timeout=30)
+    assert demo.returncode == 0
+    report = json.loads(out)
     outcomes = {r["order"]: r["outcome"] for r in report["runs"]}
     assert outcomes == {
         1: "shipped",
@@ -51,43 +84,3 @@ def test_the_demo_runs_every_order_to_its_designed_end(tmp_path: Path) -> None:
     # Transient card failures were retried with backoff.
     assert "charge (attempt 2)" in next(r for r in report["runs"] if r["order"] == 2)["retried"]
     assert report["seconds"] < 60
-
-
-def test_the_demo_serves_the_run_page_of_the_killed_worker_s_run(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIKKU_DEMO_")}
-    env["PIKKU_DEMO_HOME"] = str(tmp_path)
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "example_project", "--json", "--web", "--web-port", "0"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        address = None
-        assert demo.stderr is not None
-        for line in demo.stderr:  # the demo's progress, then the page's address
-            if line.startswith("run page: "):
-                address = line.split()[2]
-                break
-        assert address is not None, "the demo printed no run page address"
-        base, _, run_id = address.partition("?run=")
-        with urllib.request.urlopen(f"{base}api/runs/{run_id}", timeout=10) as answer:
-            shown = json.load(answer)
-        attempts = {s["name"]: [a["status"] for a in s["attempts"]] for s in shown["steps"]}
-        assert attempts["pack"] == ["superseded", "succeeded"]  # the worker killed mid-step
-        with urllib.request.urlopen(f"{base}metrics", timeout=10) as answer:
-            scraped = answer.read().decode()
-        runs = {
-            sample.labels["status"]: sample.value
-            for family in text_string_to_metric_families(scraped)
-            if family.name == "pikku_runs"
-            for sample in family.samples
-        }
-        # Eight orders and their shipping children, all settled.
-        assert runs["running"] == 0 and runs["completed"] >= 8
-    finally:
-        demo.send_signal(signal.SIGINT)
-        demo.wait(30)
-    assert demo.returncode == 0

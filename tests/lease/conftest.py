@@ -27,6 +27,7 @@ from pikku_celery.lease import (
     SQLLeaseService,
 )
 from pikku_celery.sql.engines import create_sqlite_engine
+from tests.pgbouncer import PgBouncer, pooled_engine
 from tests.services import REDIS_URL
 
 # The five backends of the contract, plus code paths that would otherwise go
@@ -40,6 +41,9 @@ EXTRA_PATHS = [
     "mariadb-connection",
 ]
 SERVER_CLOCK = ["postgres", "mariadb", "redis"]
+POOLED = "postgres-pgbouncer"
+"""The PostgreSQL service through PgBouncer in transaction pooling (the
+conformance suite's extra backend)."""
 
 
 def new_key(prefix: str = "k") -> str:
@@ -82,14 +86,7 @@ class Backend:
 
 def _memory() -> Backend:
     svc = InMemoryLeaseService()
-
-    def expire(key: str) -> None:
-        with svc._lock:
-            entry = svc._entries.get(key)
-            if entry is not None and entry.expires_ms > 1:
-                entry.expires_ms = 1
-
-    return Backend("memory", svc, lambda: svc, expire)
+    return Backend("memory", svc, lambda: svc, svc.lapse)
 
 
 def _sql(
@@ -161,6 +158,16 @@ def _mysql_lease_schema(mysql_engine: sa.Engine) -> sa.Engine:
     return mysql_engine
 
 
+@pytest.fixture(scope="session")
+def lease_pooled_engine(
+    _postgres_lease_schema: sa.Engine, postgres_url: str, pgbouncer_server: PgBouncer
+) -> Iterator[sa.Engine]:
+    """The session's PostgreSQL database through PgBouncer (transaction pooling)."""
+    engine = pooled_engine(pgbouncer_server, postgres_url, pool_size=2, max_overflow=26)
+    yield engine
+    engine.dispose()
+
+
 def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
     """Build backend ``name``; skips (or fails in CI) when its service is down."""
     if name == "memory":
@@ -176,6 +183,9 @@ def make_backend(name: str, request: pytest.FixtureRequest) -> Backend:
         engine = request.getfixturevalue("_postgres_lease_schema")
         url = request.getfixturevalue("postgres_url")
         return _sql(name, engine, url, None, bound=name.endswith("-connection"))
+    if name == POOLED:
+        engine = request.getfixturevalue("lease_pooled_engine")
+        return _sql(name, engine, str(engine.url), None)
     if name in ("mariadb", "mariadb-readback", "mariadb-connection"):
         engine = request.getfixturevalue("_mysql_lease_schema")
         url = request.getfixturevalue("mysql_url")

@@ -16,11 +16,11 @@ import pytest
 
 from pikku_celery.errors import LeaseTakenError
 from pikku_celery.lease import InMemoryLeaseService, LeaseService, hold_lease
-from pikku_celery.lease import base as lease_base
 from pikku_celery.lease import hold as lease_hold
 from pikku_celery.lease import memory as lease_memory
 from pikku_celery.lease import redis as lease_redis
 from pikku_celery.lease import sql as lease_sql
+from pikku_celery.ports import lease as lease_base
 from tests.helpers import wait_until
 from tests.lease.conftest import SERVER_CLOCK, Backend, make_backend, new_key
 

@@ -22,7 +22,6 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.lease import SQLLeaseService
-from pikku_celery.lease.sql_postgres import PostgresLeaseService
 from pikku_celery.sql.libpq import STATE_KEY
 from tests.helpers import wait_until
 from tests.lease.conftest import exercise, new_key
@@ -68,7 +67,7 @@ def pg(
 
 
 def test_operations_run_as_prepared_statements(pg: PgService) -> None:
-    assert isinstance(pg.svc, PostgresLeaseService) and pg.svc.on_libpq
+    assert pg.svc.on_libpq
     exercise(pg.svc)
     assert len(pg.prepared()) == 4  # acquire, refresh, release, get
 

@@ -45,24 +45,24 @@ def test_the_service_keeps_one_connection_and_gives_it_back(
 ) -> None:
     pool = client.connection_pool
     svc = RedisLeaseService(client, namespace=redis_namespace)
-    assert svc._line is not None and svc._line.conn is None  # nothing until used
+    assert svc.line is not None and svc.line.conn is None  # nothing until used
     exercise(svc)
-    own = svc._line.conn
+    own = svc.line.conn
     assert own is not None and own in pool._in_use_connections
     exercise(svc)
-    assert svc._line.conn is own  # the same one every time
+    assert svc.line.conn is own  # the same one every time
     svc.close()
-    assert svc._line.conn is None and own not in pool._in_use_connections
+    assert svc.line.conn is None and own not in pool._in_use_connections
     exercise(svc)  # takes one again
-    conn = svc._line.conn
+    conn = svc.line.conn
     del svc
     assert conn not in pool._in_use_connections  # given back when collected
 
 
 def test_a_busy_connection_sends_the_call_through_the_client(used: RedisLeaseService) -> None:
     svc = used
-    assert svc._line is not None
-    with svc._line.lock:  # another thread is using it
+    assert svc.line is not None
+    with svc.line.lock:  # another thread is using it
         exercise(svc)
 
 
@@ -95,7 +95,7 @@ def test_client_options(redis_client: redis.Redis, redis_namespace: str, options
     try:
         svc = RedisLeaseService(c, namespace=redis_namespace)
         exercise(svc)
-        assert svc._line is not None and svc._line.conn is not None
+        assert svc.line is not None and svc.line.conn is not None
     finally:
         c.close()
 
@@ -107,7 +107,7 @@ def test_a_blocking_pool_keeps_its_connections(
     c = redis.Redis(connection_pool=pool)
     try:
         svc = RedisLeaseService(c, namespace=redis_namespace)
-        assert svc._line is None
+        assert svc.line is None
         exercise(svc)
         assert c.ping()  # the pool's only connection is free
     finally:
@@ -138,8 +138,8 @@ def test_a_lost_reply_retried_does_not_grant_twice(
     try:
         svc = RedisLeaseService(c, namespace=redis_namespace)
         exercise(svc)
-        assert svc._line is not None
-        conn = svc._line.conn
+        assert svc.line is not None
+        conn = svc.line.conn
         real = conn.read_response
         lost = []
 
@@ -170,8 +170,8 @@ def test_a_killed_connection_reconnects(
         svc = RedisLeaseService(c, namespace=redis_namespace)
         key = new_key()
         lease = svc.acquire(key, "A", 30.0)
-        assert lease is not None and svc._line is not None
-        own = svc._line.conn
+        assert lease is not None and svc.line is not None
+        own = svc.line.conn
         own.send_command("CLIENT", "ID")
         assert c.client_kill_filter(_id=own.read_response()) == 1
         if retries == 0:
@@ -179,7 +179,7 @@ def test_a_killed_connection_reconnects(
                 svc.refresh(lease, 30.0)
         refreshed = svc.refresh(lease, 30.0)
         assert refreshed is not None and refreshed.token == lease.token
-        assert svc._line.conn is own  # the same connection, reconnected
+        assert svc.line.conn is own  # the same connection, reconnected
         exercise(svc)
     finally:
         c.close()
@@ -210,18 +210,18 @@ def test_a_real_outage_fails_calls_and_the_line_comes_back(
 
 def test_a_forked_child_uses_a_connection_of_its_own(used: RedisLeaseService) -> None:
     svc = used
-    assert svc._line is not None
-    parent_conn = svc._line.conn
+    assert svc.line is not None
+    parent_conn = svc.line.conn
     pid = os.fork()
     if pid == 0:  # the child: report by exit code only
         code = 1
         try:
-            if svc._line.conn is None:
+            if svc.line.conn is None:
                 exercise(svc)
-                code = 0 if svc._line.conn is not parent_conn else 2
+                code = 0 if svc.line.conn is not parent_conn else 2
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert svc._line.conn is parent_conn
+    assert svc.line.conn is parent_conn
     exercise(svc)  # the parent's line is unharmed

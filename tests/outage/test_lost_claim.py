@@ -16,14 +16,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from pikku_celery.engine import Context
-from pikku_celery.store.schema import metadata
-from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.sql.schema import metadata
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import make_engine
 
 
 def test_a_step_whose_claim_was_lost_is_sent_again(sqlite_engine: sa.Engine) -> None:
     metadata.create_all(sqlite_engine)
-    engine, dispatcher = make_engine(SQLWorkflowStore(sqlite_engine), message_grace=3600)
+    engine, dispatcher = make_engine(store_for(sqlite_engine), message_grace=3600)
     bodies: list[int] = []
 
     @dispatcher.task

@@ -57,7 +57,7 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
-from pikku_celery.store.schema import attempt_table, metadata, run_table, step_table
+from pikku_celery.sql.schema import attempt_table, metadata, run_table, step_table
 from pikku_celery.testing.nodes import LocalRedisContainer, LocalWorkerContainer
 from tests.celery.workers import BeatProcess, WorkerProcess, beat, worker
 from tests.helpers import wait_until

@@ -48,9 +48,9 @@ from pikku_celery.errors import (
     WorkflowFailedError,
     WorkflowStepFunctionMismatchError,
 )
-from pikku_celery.store.model import StepState, StepStatus
-from pikku_celery.store.schema import metadata
-from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.model.values import StepState, StepStatus
+from pikku_celery.sql.schema import metadata
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import InlineDispatcher, make_engine
 from tests.helpers import memory_broker_config, wait_until
 from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
@@ -124,7 +124,7 @@ class World:
         self.sql_engine = sql_engine
         self.request = request
         metadata.create_all(sql_engine)
-        self.store = SQLWorkflowStore(sql_engine, create_tables=False)
+        self.store = store_for(sql_engine, create_tables=False)
         engine, dispatcher = make_engine(self.store, max_input_bytes=MAX_INPUT)
         self.engine: WorkflowEngine = engine
         self.dispatcher: InlineDispatcher = dispatcher

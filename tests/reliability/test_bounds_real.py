@@ -18,11 +18,11 @@ import redis
 import sqlalchemy as sa
 
 from pikku_celery import RunStatus, WorkflowFailedError
-from pikku_celery.store.schema import signal_table
+from pikku_celery.sql.schema import signal_table
 from tests.celery import realapp
 from tests.celery.workers import CeleryProcess, beat, worker
 from tests.helpers import wait_until
-from tests.services import MYSQL_ADMIN_URL, REDIS_URL, SESSION_TAG, unavailable
+from tests.services import MYSQL_ADMIN_URL, REDIS_URL, SESSION_TAG, reachable_redis
 from tests.store.conftest import migrated_engine
 
 TOO_DEEP = "[" * 5000 + "]" * 5000
@@ -35,10 +35,7 @@ def bounds_db() -> Iterator[sa.Engine]:
 
 @pytest.fixture(scope="module")
 def cluster(bounds_db: sa.Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    try:
-        redis.Redis.from_url(REDIS_URL).ping()
-    except Exception as exc:
-        unavailable("redis", exc)
+    reachable_redis()
     workdir = tmp_path_factory.mktemp("bounds")
     env = {
         "PIKKU_T_BROKER": REDIS_URL,

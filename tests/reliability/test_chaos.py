@@ -21,10 +21,10 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from pikku_celery.store.schema import metadata
+from pikku_celery.sql.schema import metadata
 from pikku_celery.testing.nodes import LocalRedisContainer
 from tests.celery.workers import CeleryProcess
-from tests.helpers import wait_until
+from tests.helpers import long_form, wait_until
 from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database, unavailable
 
 from . import chaosapp
@@ -78,6 +78,10 @@ def _assert_held(s: ChaosSummary) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
+@long_form(
+    "the run with the skewed worker below keeps the same invariants "
+    "with one worker's clock an hour fast, and runs by default"
+)
 def test_the_short_chaos_run_keeps_every_invariant(chaos_services: None) -> None:
     summary = _short(skew=False)
     _assert_held(summary)

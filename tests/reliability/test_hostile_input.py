@@ -29,8 +29,7 @@ from pikku_celery import Context, StepFailedError
 from pikku_celery.engine import WorkflowEngine
 from pikku_celery.engine.execute import call_with
 from pikku_celery.errors import InvalidIdError, PayloadError
-from pikku_celery.payload import UnreadableValue
-from pikku_celery.store.model import (
+from pikku_celery.model.values import (
     AttemptState,
     AttemptStatus,
     RunState,
@@ -39,8 +38,10 @@ from pikku_celery.store.model import (
     StepStatus,
     step_id_for,
 )
-from pikku_celery.store.schema import step_table
+from pikku_celery.payload import UnreadableValue
+from pikku_celery.sql.schema import step_table
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import InlineDispatcher, Message, make_engine
 from tests.services import MYSQL_ADMIN_URL, PG_ADMIN_URL, SESSION_TAG
 from tests.store.conftest import migrated_engine, wipe
@@ -74,7 +75,7 @@ def sql_store(request: pytest.FixtureRequest) -> Iterator[SQLWorkflowStore]:
     fixture = "hostile_pg_engine" if request.param == "postgres" else "hostile_mysql_engine"
     engine: sa.Engine = request.getfixturevalue(fixture)
     wipe(engine)
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
     yield store
     store.close()  # its settle listener's LISTEN connection, if wait() started one
 
@@ -894,7 +895,7 @@ def test_a_result_larger_than_the_database_takes_fails_its_step_naming_the_limit
     outage for the whole retry window, the step left running. Now the result
     is refused at the step: the step fails at once, naming the size and the limit."""
     wipe(hostile_mysql_engine)
-    w = World(SQLWorkflowStore(hostile_mysql_engine), outcome_retry=5.0)
+    w = World(store_for(hostile_mysql_engine), outcome_retry=5.0)
     with hostile_mysql_engine.connect() as conn:
         packet = int(conn.exec_driver_sql("SELECT @@max_allowed_packet").scalar_one())
 

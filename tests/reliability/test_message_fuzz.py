@@ -40,12 +40,17 @@ import sqlalchemy as sa
 
 from pikku_celery.celery.dispatcher import ORCHESTRATE, RUN_STEP, SWEEP
 from pikku_celery.celery.step_body import attempt_task_id
+from pikku_celery.sql.schema import attempt_table, run_table, signal_table, step_table
 from pikku_celery.store import AttemptStatus, RunStatus, StepState, StepStatus
 from pikku_celery.store.migrate import upgrade
-from pikku_celery.store.schema import attempt_table, run_table, signal_table, step_table
 from tests.celery.workers import BeatProcess, WorkerProcess, beat, worker
 from tests.helpers import wait_until
-from tests.services import PG_ADMIN_URL, REDIS_URL, SESSION_TAG, scratch_database, unavailable
+from tests.services import (
+    PG_ADMIN_URL,
+    SESSION_TAG,
+    reachable_redis,
+    scratch_database,
+)
 
 from . import fuzzapp
 
@@ -105,12 +110,7 @@ def _forget_queues(client: redis.Redis, queues: list[str]) -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    broker_url = REDIS_URL.rsplit("/", 1)[0] + f"/{BROKER_REDIS_DB}"
-    client = redis.Redis.from_url(broker_url)
-    try:
-        client.ping()
-    except Exception as exc:
-        unavailable("redis", exc)
+    broker_url, client = reachable_redis(BROKER_REDIS_DB)
     tag = f"{SESSION_TAG}_fuzz"
     with scratch_database(PG_ADMIN_URL, tag) as url:
         upgrade(url)

@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from pikku_celery import Context, Pikku
 from pikku_celery.celery.dispatcher import ORCHESTRATE, RUN_STEP, SWEEP
 from pikku_celery.celery.integration import BEAT_ENTRY
+from pikku_celery.celery.retention import PRUNE
 from pikku_celery.cli import main as cli
 from pikku_celery.engine import WorkflowEngine
 from pikku_celery.errors import (
@@ -35,10 +36,11 @@ from pikku_celery.errors import (
     UnknownWorkflowError,
     WorkflowStepFunctionMismatchError,
 )
+from pikku_celery.model.values import StepState, StepStatus
+from pikku_celery.sql.schema import STORE_TABLES, metadata
 from pikku_celery.store import InMemoryWorkflowStore
-from pikku_celery.store.model import StepState, StepStatus
-from pikku_celery.store.schema import STORE_TABLES, metadata
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import InlineDispatcher, make_engine
 from tests.helpers import memory_broker_config, wait_until
 from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
@@ -49,7 +51,7 @@ QUEUE = f"pikku-security-{uuid.uuid4().hex[:8]}"
 
 def sql_store(engine: sa.Engine) -> SQLWorkflowStore:
     metadata.create_all(engine)
-    return SQLWorkflowStore(engine, create_tables=False)
+    return store_for(engine, create_tables=False)
 
 
 def shown(exc: BaseException) -> str:
@@ -66,7 +68,7 @@ def test_pikku_tasks_are_registered_and_sent_as_json_only() -> None:
     steps_queue, wake_queue = f"{QUEUE}-steps", f"{QUEUE}-wake"
     pikku = Pikku(app, store=InMemoryWorkflowStore(), orchestration_queue=wake_queue)
 
-    for name in (RUN_STEP, ORCHESTRATE, SWEEP):
+    for name in (RUN_STEP, ORCHESTRATE, SWEEP, PRUNE):
         assert app.tasks[name].serializer == "json", name
     assert app.conf.beat_schedule[BEAT_ENTRY]["options"]["serializer"] == "json"
     assert list(app.conf.accept_content) == ["json"]

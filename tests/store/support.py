@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pikku_celery.engine.known_runs import KnownRuns
+from pikku_celery.engine.passes import created, start_pass, take_pass
+from pikku_celery.model.plan import Landed, PassView
+from pikku_celery.ports.store import Decide, RunStarts
 from pikku_celery.store import (
     Decision,
     NewRun,
@@ -13,6 +18,7 @@ from pikku_celery.store import (
     RunState,
     RunView,
     StepKind,
+    StepOutcome,
     StepState,
     StepStatus,
     WorkflowStore,
@@ -32,14 +38,14 @@ def task(name: str, seq: int = 0, **kw: Any) -> NewStep:
 def record(store: WorkflowStore, run_id: str, *steps: NewStep, **decision: Any) -> Decision:
     """One pass that records ``steps`` (and whatever else ``decision`` says)."""
     made = Decision(new_steps=list(steps), **decision)
-    store.advance(run_id, None, lambda view: made)
+    threaded(store).take_pass(run_id, None, lambda view: made)
     return made
 
 
 def make_run(
     store: WorkflowStore, *steps: NewStep, workflow: str = "wf", **new: Any
 ) -> tuple[RunState, dict[str, StepState]]:
-    run, _ = store.create_run(NewRun(workflow=workflow, input={"n": 1}, **new))
+    run = threaded(store).create(NewRun(workflow=workflow, input={"n": 1}, **new))
     if steps:
         record(store, run.id, *steps)
     by_name = {s.name: s for s in store.get_steps(run.id)}
@@ -59,9 +65,70 @@ def lapse(store: WorkflowStore, *steps: StepState, timeout: float = 10.0) -> Non
 
 
 def claim(store: WorkflowStore, step: StepState, worker: str, lease: int = LONG) -> StepState:
-    got = store.claim_step(step.id, step.task_name or TASK, worker, lease)
+    got = threaded(store).claim(step.id, step.task_name or TASK, worker, lease)
     assert got is not None, f"{worker} could not claim {step.name}"
     return got
+
+
+class Threaded:
+    """A store's calls with what the engine threads between them: a claim's
+    view to its attempt's pass, an eager claim's to its pass, and what a
+    pass left to the claim of the step it published."""
+
+    def __init__(self, store: WorkflowStore) -> None:
+        self.store = store
+        self.runs = KnownRuns()
+        self.views: dict[tuple[str, int], PassView | None] = {}
+        self.created: dict[str, PassView | None] = {}
+
+    def create(self, new: NewRun) -> RunState:
+        """``create_run`` as the engine's start calls it: the run as created
+        is its first pass's view."""
+        view = created(self.store, new, self.runs)
+        run = view.view.run if view is not None else self.store.get_run(new.id)
+        assert run is not None
+        self.created[run.id] = view
+        return run
+
+    def claim(
+        self, step_id: str, task_name: str, worker: str, lease_ms: int, **kw: Any
+    ) -> StepState | None:
+        """``claim`` as the engine calls it: its view kept for the attempt's pass."""
+        known = self.runs.take(step_id)
+        got = self.store.claim(step_id, task_name, worker, lease_ms, known=known, **kw)
+        if got is None:
+            return None
+        self.views[(got.step.id, got.step.attempt)] = got.view
+        return got.step
+
+    def take_pass(self, run_id: str, outcome: StepOutcome | None, decide: Decide) -> Landed | Any:
+        """``take_pass`` handed the view of ``outcome``'s claim."""
+        if outcome is None:
+            known = self.created.pop(run_id, None)
+        else:
+            known = self.views.pop((outcome.step_id, outcome.attempt), None)
+        return self._keep(take_pass(self.store, run_id, outcome, decide, known, self.runs))
+
+    def start_pass(self, new: NewRun, decide: Decide) -> Any:
+        """``start_pass`` as the engine's start takes it."""
+        starts = self.store if isinstance(self.store, RunStarts) else None
+        return self._keep(start_pass(self.store, starts, new, decide, self.runs))
+
+    def _keep(self, done: Any) -> Any:
+        if isinstance(done, Landed) and done.eager is not None:
+            self.views[(done.eager.id, done.eager.attempt)] = done.handed
+        return done
+
+
+_THREADED: weakref.WeakKeyDictionary[Any, Threaded] = weakref.WeakKeyDictionary()
+
+
+def threaded(store: WorkflowStore) -> Threaded:
+    """The store's calls with the engine's threading (one per store)."""
+    found = _THREADED.get(store)
+    if found is None:
+        found = _THREADED[store] = Threaded(store)
+    return found
 
 
 def race(*fns: Callable[[], Any], timeout: float = 60.0) -> list[tuple[str, Any]]:

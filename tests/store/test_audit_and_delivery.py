@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from pikku_celery.engine.passes import take_pass
+from pikku_celery.model.values import EAGER, EagerClaim
 from pikku_celery.store import (
     AttemptStatus,
     AuditAction,
@@ -20,7 +22,6 @@ from pikku_celery.store import (
     StepStatus,
     WorkflowStore,
 )
-from pikku_celery.store.model import EAGER, EagerClaim
 from tests.store.support import LONG, SHORT, TASK, claim, lapse, make_run, make_tasks, record, task
 
 FIRST = Delivery("6f1c1b8e-0c1e-4d4e-9d36-0f0d7f1a0001", "celery@alpha")
@@ -59,7 +60,8 @@ def test_an_eager_attempt_names_the_message_that_carried_it(store: WorkflowStore
     run, [first] = make_tasks(store, 1)
     running = store.claim_step(first.id, TASK, "alpha:11", LONG, delivery=FIRST)
     assert running is not None
-    result = store.advance(
+    result = take_pass(
+        store,
         run.id,
         StepOutcome(first.id, running.attempt, ok=True, claim_id=running.claim_id),
         lambda view: Decision(

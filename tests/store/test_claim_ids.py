@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from pikku_celery.engine.passes import take_pass
 from pikku_celery.errors import WorkflowStepSupersededError
+from pikku_celery.sql.schema import attempt_table, step_table
 from pikku_celery.store import (
     AttemptStatus,
     InMemoryWorkflowStore,
@@ -26,8 +28,8 @@ from pikku_celery.store import (
     StepState,
     StepStatus,
     WorkflowStore,
+    store_for,
 )
-from pikku_celery.store.schema import attempt_table, step_table
 from tests.store.conftest import wipe
 from tests.store.support import LONG, claim, make_tasks
 
@@ -41,7 +43,7 @@ ENGINES = {
 @pytest.fixture(params=sorted(ENGINES))
 def sql_store(request: pytest.FixtureRequest) -> SQLWorkflowStore:
     engine: sa.Engine = request.getfixturevalue(ENGINES[request.param])
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
     store.prepare()  # SQLite: makes the tables
     wipe(engine)
     return store
@@ -108,7 +110,7 @@ def test_a_lost_claim_s_outcome_is_refused_by_the_pass_too(sql_store: SQLWorkflo
     run, step, lost, again = lost_and_claimed_again(store)
     stale = StepOutcome(step.id, lost.attempt, ok=True, result="late", claim_id=lost.claim_id)
     with pytest.raises(WorkflowStepSupersededError) as refused:
-        store.advance(run.id, stale, lambda view: pytest.fail("no pass for a lost claim"))
+        take_pass(store, run.id, stale, lambda view: pytest.fail("no pass for a lost claim"))
     assert refused.value.claim_lost is True
     [still] = store.get_steps(run.id)
     assert (still.status, still.attempt, still.claim_id) == (
@@ -122,9 +124,7 @@ def test_a_lost_claim_s_outcome_is_refused_by_the_pass_too(sql_store: SQLWorkflo
 def test_every_claim_has_its_own_id_and_its_attempt_row_records_it(
     kind: str, sqlite_engine: sa.Engine
 ) -> None:
-    store: WorkflowStore = (
-        InMemoryWorkflowStore() if kind == "memory" else SQLWorkflowStore(sqlite_engine)
-    )
+    store: WorkflowStore = InMemoryWorkflowStore() if kind == "memory" else store_for(sqlite_engine)
     run, steps = make_tasks(store, 3)
     claims = [claim(store, s, "w") for s in steps]
     ids = {c.claim_id for c in claims}

@@ -18,7 +18,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from pikku_celery.store import WorkflowStore
-from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from tests.store.conftest import wipe
 from tests.store.support import LONG, TASK, claim, make_tasks
 
@@ -45,10 +45,10 @@ FAST_WORKER = textwrap.dedent(
     _dt.datetime = FastDateTime
 
     from pikku_celery.sql.engines import make_engine
-    from pikku_celery.store.sql import SQLWorkflowStore
+    from pikku_celery.store.sql_for import store_for
 
     url, held, free = sys.argv[1], sys.argv[2], sys.argv[3]
-    store = SQLWorkflowStore(make_engine(url))
+    store = store_for(make_engine(url))
     stolen = store.claim_step(held, "tasks.work", "fast-worker", 60_000)
     renewed = store.refresh_step_lease(held, 2, 60_000)
     expired = store.expire_step(held)
@@ -68,7 +68,7 @@ FAST_WORKER = textwrap.dedent(
 
 def test_an_hour_fast_worker_cannot_claim_a_held_step(store_pg_engine: sa.Engine) -> None:
     wipe(store_pg_engine)
-    store: WorkflowStore = SQLWorkflowStore(store_pg_engine)
+    store: WorkflowStore = store_for(store_pg_engine)
     _, (held, free) = make_tasks(store, 2, max_attempts=3)
     holder = claim(store, held, "honest-worker", lease=LONG)
     url = store_pg_engine.url.render_as_string(hide_password=False)

@@ -1,6 +1,7 @@
 """The store conformance suite: every store obeys DESIGN.md's rules 1-7.
 
-Parametrised over memory, SQLite, PostgreSQL and MariaDB (see conftest.py).
+Parametrised over memory, SQLite, PostgreSQL and MariaDB (see conftest.py),
+and PostgreSQL again through PgBouncer in transaction pooling.
 Leases lapse on the store's own clock; tests poll it with a deadline, never
 sleep to synchronise. Races use real threads (separate connections) released
 by one barrier.
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pikku_celery.engine.passes import take_pass
 from pikku_celery.engine.replay import cancelled
 from pikku_celery.errors import (
     DuplicateStepError,
@@ -40,6 +42,7 @@ from pikku_celery.store import (
     step_id_for,
 )
 from tests.helpers import wait_until
+from tests.store.conftest import BACKENDS, POOLED
 from tests.store.support import (
     LONG,
     SHORT,
@@ -52,6 +55,12 @@ from tests.store.support import (
     record,
     task,
 )
+
+
+@pytest.fixture(params=[*BACKENDS, POOLED])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every store, and the PostgreSQL one through PgBouncer (transaction pooling)."""
+    return str(request.param)
 
 
 def seen_by(views: list[RunView], decision: Decision | None = None) -> Any:
@@ -207,7 +216,7 @@ def test_25_races_of_stale_and_current_writes_only_current_lands(store: Workflow
 
     def via_advance(step_id: str, attempt: int, ok: bool, value: Any) -> None:
         outcome = StepOutcome(step_id, attempt, ok=ok, result=value, error=None if ok else err)
-        store.advance(run.id, outcome, lambda view: Decision())
+        take_pass(store, run.id, outcome, lambda view: Decision())
 
     for i, (old, new) in enumerate(zip(stale, current, strict=True)):
         stale_write = [
@@ -422,6 +431,47 @@ def test_history_keeps_one_row_per_attempt(store: WorkflowStore) -> None:
     assert now is not None and now.attempt == 2 and now.result == {"ok": True}
 
 
+def test_a_runs_steps_read_a_page_at_a_time_with_their_attempts(store: WorkflowStore) -> None:
+    run, steps = make_tasks(store, 5, max_attempts=3)
+    for step, tries in zip(steps, [0, 1, 2, 1, 1], strict=True):
+        for _ in range(tries):
+            a = claim(store, step, "w")
+            store.fail_step(step.id, a.attempt, {"type": "E", "message": "m"}, retry_delay=0.0)
+    first = store.get_steps_page(run.id, None, 2)
+    assert [s.id for s in first] == [steps[0].id, steps[1].id]
+    second = store.get_steps_page(run.id, first[-1].seq, 2)
+    assert [s.id for s in second] == [steps[2].id, steps[3].id]
+    assert [s.id for s in store.get_steps_page(run.id, second[-1].seq, 2)] == [steps[4].id]
+    assert store.get_steps_page(run.id, steps[4].seq, 2) == []
+    assert store.get_steps_page(run.id, None, 10) == store.get_steps(run.id)
+    page = store.get_attempts_page(run.id, first[-1].seq, second[-1].seq)
+    assert sorted((a.step_id, a.attempt) for a in page) == sorted(
+        [(steps[2].id, 1), (steps[2].id, 2), (steps[3].id, 1)]
+    )
+    everything = store.get_attempts_page(run.id, None, steps[4].seq)
+    assert everything == store.get_attempts(run.id)
+
+
+def test_a_runs_step_outlines_are_its_steps_without_their_payloads(store: WorkflowStore) -> None:
+    run, [done, failed, waiting] = make_tasks(store, 3)
+    a = claim(store, done, "w")
+    store.complete_step(done.id, a.attempt, {"big": "x" * 1000})
+    b = claim(store, failed, "w")
+    store.fail_step(failed.id, b.attempt, {"type": "E", "message": "m"})
+    whole = store.get_steps(run.id)
+    outlines = store.get_step_outlines(run.id)
+    assert [(s.id, s.seq, s.status, s.kind, s.wake_at) for s in outlines] == [
+        (s.id, s.seq, s.status, s.kind, s.wake_at) for s in whole
+    ]
+    assert [o.status for o in outlines] == [
+        StepStatus.SUCCEEDED,
+        StepStatus.FAILED,
+        whole[2].status,
+    ]
+    assert all(o.result is None and o.error is None and o.args == [] for o in outlines)
+    assert whole[0].result == {"big": "x" * 1000} and waiting.id == whole[2].id
+
+
 def test_mark_scheduled(store: WorkflowStore) -> None:
     run, steps = make_run(
         store,
@@ -576,12 +626,12 @@ def test_signals_first_one_wins_and_reach_the_pass(store: WorkflowStore) -> None
     assert store.get_run(run.id) == again  # refused: nothing changed
     store.send_signal(run.id, "other", [1, 2])
     seen: list[RunView] = []
-    store.advance(run.id, None, seen_by(seen))
+    take_pass(store, run.id, None, seen_by(seen))
     assert seen[0].signals == {"approve": {"by": "ann"}, "other": [1, 2]}
     with pytest.raises(PayloadError):
         store.send_signal(run.id, "bad", {"when": object()})
     current = store.get_run(run.id)
-    store.advance(run.id, None, seen_by(seen))
+    take_pass(store, run.id, None, seen_by(seen))
     assert "bad" not in seen[1].signals and seen[1].run == current
     with pytest.raises(RunNotFoundError):
         store.send_signal("00000000-0000-0000-0000-000000000000", "x", 1)
@@ -626,7 +676,7 @@ def test_advance_records_steps_and_publishes_scheduled_tasks(store: WorkflowStor
             wake_at=wake,
         )
 
-    result = store.advance(run.id, None, first)
+    result = take_pass(store, run.id, None, first)
     [view] = views
     assert view.steps == [] and view.signals == {} and view.run == run
     assert abs(view.now - store.now_ms()) < 5_000
@@ -649,7 +699,7 @@ def test_advance_records_steps_and_publishes_scheduled_tasks(store: WorkflowStor
     assert steps["b"].status == StepStatus.PENDING and steps["b"].scheduled_at is None
     assert steps["now"].status == StepStatus.SUCCEEDED and steps["now"].result == {"t": 5}
     assert steps["nap"].status == StepStatus.SCHEDULED and steps["nap"].wake_at == wake
-    second = store.advance(run.id, None, seen_by(views))
+    second = take_pass(store, run.id, None, seen_by(views))
     assert views[1].steps == store.get_steps(run.id)
     assert second.steps == [] and second.run.wake_at is None
 
@@ -667,11 +717,11 @@ def test_advance_applies_outcome_fenced_and_shows_it_to_the_pass(store: Workflow
 
     version = store.get_run(run.id).version  # type: ignore[union-attr]
     with pytest.raises(WorkflowStepSupersededError):
-        store.advance(run.id, StepOutcome(step.id, stale.attempt, ok=True, result="x"), decide)
+        take_pass(store, run.id, StepOutcome(step.id, stale.attempt, ok=True, result="x"), decide)
     assert called == [] and [s.name for s in store.get_steps(run.id)] == ["s0"]
     assert store.get_run(run.id).version == version  # type: ignore[union-attr]
-    result = store.advance(
-        run.id, StepOutcome(step.id, current.attempt, ok=True, result=[1]), decide
+    result = take_pass(
+        store, run.id, StepOutcome(step.id, current.attempt, ok=True, result=[1]), decide
     )
     [view] = called
     assert view.steps[0].status == StepStatus.SUCCEEDED and view.steps[0].result == [1]
@@ -682,7 +732,8 @@ def test_advance_applies_outcome_fenced_and_shows_it_to_the_pass(store: Workflow
     # a failure outcome with a retry keeps the step open, on the pass's clock
     nxt = claim(store, store.get_step(step_id_for(run.id, "next")), "c")  # type: ignore[arg-type]
     err = {"type": "E", "message": "m", "traceback": ""}
-    store.advance(
+    take_pass(
+        store,
         run.id,
         StepOutcome(nxt.id, nxt.attempt, ok=False, error=err, retry_delay=5.0),
         seen_by(called),
@@ -708,7 +759,9 @@ def test_cancel_closes_the_runs_open_steps_and_refuses_their_late_outcomes(
     assert attempt.status == AttemptStatus.CANCELLED and attempt.finished_at is not None
     assert store.refresh_step_lease(running.id, got.attempt, 60_000) is False
     with pytest.raises(WorkflowStepSupersededError):
-        store.advance(run.id, StepOutcome(running.id, got.attempt, ok=True, result=1), seen_by([]))
+        take_pass(
+            store, run.id, StepOutcome(running.id, got.attempt, ok=True, result=1), seen_by([])
+        )
     assert store.get_step(running.id).status == StepStatus.FAILED  # type: ignore[union-attr]
     assert store.lapsed_steps(100) == []
 
@@ -723,7 +776,7 @@ def test_a_cancelling_pass_with_an_outcome_closes_the_other_open_steps(
     got = claim(store, done, "w1")
     claim(store, other, "w2")
     store.request_cancel(run.id)
-    store.advance(run.id, StepOutcome(done.id, got.attempt, ok=True, result=7), cancelled)
+    take_pass(store, run.id, StepOutcome(done.id, got.attempt, ok=True, result=7), cancelled)
     assert store.get_run(run.id).status == RunStatus.CANCELLED  # type: ignore[union-attr]
     kept = store.get_step(done.id)
     assert kept is not None and kept.status == StepStatus.SUCCEEDED and kept.result == 7
@@ -745,19 +798,20 @@ def test_advance_on_settled_run_records_outcome_but_decides_nothing(store: Workf
         # decide can be asked; what it decides must never be applied.
         return Decision(new_steps=[task("after-the-end", 1)], run_status=RunStatus.COMPLETED)
 
-    result = store.advance(run.id, StepOutcome(step.id, got.attempt, ok=True, result=1), never)
+    result = take_pass(store, run.id, StepOutcome(step.id, got.attempt, ok=True, result=1), never)
     assert result.decision is None and result.steps == [] and result.run == ended
     assert [s.name for s in store.get_steps(run.id)] == [step.name]
     assert store.get_step(step.id).status == StepStatus.SUCCEEDED  # type: ignore[union-attr]
-    assert store.advance(run.id, None, never).decision is None
+    assert take_pass(store, run.id, None, never).decision is None
     with pytest.raises(RunNotFoundError):
-        store.advance("00000000-0000-0000-0000-000000000000", None, never)
+        take_pass(store, "00000000-0000-0000-0000-000000000000", None, never)
 
 
 def test_advance_ends_run(store: WorkflowStore) -> None:
     run, _ = make_run(store)
     store.note_swept(run.id, 60_000)
-    result = store.advance(
+    result = take_pass(
+        store,
         run.id,
         None,
         lambda v: Decision(run_status=RunStatus.COMPLETED, output={"t": (1,)}, wake_at=123),
@@ -780,7 +834,7 @@ def test_advance_child_run_settles_parent_step(store: WorkflowStore) -> None:
         )
         for i in range(3)
     ]
-    made = store.advance(parent.id, None, lambda v: Decision(new_steps=kids))
+    made = take_pass(store, parent.id, None, lambda v: Decision(new_steps=kids))
     assert made.steps == []  # child steps are not sent to workers
     assert len(made.children_to_wake) == 3
     steps = {s.name: s for s in store.get_steps(parent.id)}
@@ -799,20 +853,22 @@ def test_advance_child_run_settles_parent_step(store: WorkflowStore) -> None:
     assert rows[steps["kid0"].id].worker is None
 
     before = store.get_run(parent.id)
-    ok = store.advance(
-        children[0].id, None, lambda v: Decision(run_status=RunStatus.COMPLETED, output=[7])
+    ok = take_pass(
+        store, children[0].id, None, lambda v: Decision(run_status=RunStatus.COMPLETED, output=[7])
     )
     assert ok.parent_to_wake == parent.id
     assert store.get_run(parent.id).version == before.version + 1  # type: ignore[union-attr]
     kid0 = store.get_step(steps["kid0"].id)
     assert kid0.status == StepStatus.SUCCEEDED and kid0.result == [7]  # type: ignore[union-attr]
     err = {"type": "ValueError", "message": "bad", "traceback": "tb"}
-    store.advance(children[1].id, None, lambda v: Decision(run_status=RunStatus.FAILED, error=err))
+    take_pass(
+        store, children[1].id, None, lambda v: Decision(run_status=RunStatus.FAILED, error=err)
+    )
     kid1 = store.get_step(steps["kid1"].id)
     assert kid1.status == StepStatus.FAILED and kid1.settled  # type: ignore[union-attr]
     assert kid1.error["type"] == "ValueError" and "bad" in kid1.error["message"]  # type: ignore[index,union-attr]
     assert children[1].id in kid1.error["message"]  # type: ignore[index,union-attr]
-    store.advance(children[2].id, None, lambda v: Decision(run_status=RunStatus.CANCELLED))
+    take_pass(store, children[2].id, None, lambda v: Decision(run_status=RunStatus.CANCELLED))
     kid2 = store.get_step(steps["kid2"].id)
     assert kid2.error["type"] == "WorkflowCancelledError"  # type: ignore[index,union-attr]
     rows = {a.step_id: a for a in store.get_attempts(parent.id)}
@@ -828,13 +884,13 @@ def test_advance_cancels_children(store: WorkflowStore) -> None:
     child_id = steps["kid"].child_run_id
     assert child_id is not None
     child = store.get_run(child_id)
-    result = store.advance(
-        parent.id, None, lambda v: Decision(cancel_children=[child_id, child_id])
+    result = take_pass(
+        store, parent.id, None, lambda v: Decision(cancel_children=[child_id, child_id])
     )
     assert result.children_to_wake == [child_id]
     flagged = store.get_run(child_id)
     assert flagged.cancel_requested and flagged.version == child.version + 1  # type: ignore[union-attr]
-    again = store.advance(parent.id, None, lambda v: Decision(cancel_children=[child_id]))
+    again = take_pass(store, parent.id, None, lambda v: Decision(cancel_children=[child_id]))
     assert again.children_to_wake == []
 
 
@@ -859,7 +915,7 @@ def test_advance_resolutions_and_redispatch(store: WorkflowStore) -> None:
         redispatch=[steps["retry"].id],
     )
     views: list[RunView] = []
-    result = store.advance(run.id, None, seen_by(views, decision))
+    result = take_pass(store, run.id, None, seen_by(views, decision))
     now = views[0].now
     after = {s.name: s for s in store.get_steps(run.id)}
     assert after["nap"].status == StepStatus.SUCCEEDED and after["nap"].wake_at is None
@@ -890,26 +946,26 @@ def test_advance_refuses_a_bad_decision_writing_nothing(store: WorkflowStore) ->
     ]
     for decision in bad_decisions:
         with pytest.raises(PayloadError):
-            store.advance(run.id, outcome, lambda v, d=decision: d)  # type: ignore[misc]
+            take_pass(store, run.id, outcome, lambda v, d=decision: d)  # type: ignore[misc]
     for decision in (
         Decision(new_steps=[task("s0", 5)]),  # the name is taken
         Decision(new_steps=[task("twice", 1), task("twice", 2)]),
     ):
         with pytest.raises(DuplicateStepError):
-            store.advance(run.id, outcome, lambda v, d=decision: d)  # type: ignore[misc]
+            take_pass(store, run.id, outcome, lambda v, d=decision: d)  # type: ignore[misc]
     with pytest.raises(StoreError):
-        store.advance(run.id, outcome, lambda v: Decision(redispatch=["no-such-step"]))
+        take_pass(store, run.id, outcome, lambda v: Decision(redispatch=["no-such-step"]))
 
     def broken(view: RunView) -> Decision:
         raise RuntimeError("replay bug")
 
     with pytest.raises(RuntimeError):
-        store.advance(run.id, outcome, broken)
+        take_pass(store, run.id, outcome, broken)
     assert store.get_run(run.id) == before_run
     assert store.get_steps(run.id) == before_steps  # the outcome was rolled back too
     assert store.list_runs(workflow="c") == []
     assert attempts_of(store, run.id, step.id)[1].status == AttemptStatus.RUNNING
-    store.advance(run.id, outcome, lambda v: Decision())
+    take_pass(store, run.id, outcome, lambda v: Decision())
     assert store.get_step(step.id).result == "fine"  # type: ignore[union-attr]
 
 
@@ -921,9 +977,10 @@ def test_advance_refuses_a_bad_outcome_writing_nothing(store: WorkflowStore) -> 
         raise AssertionError("not reached")
 
     with pytest.raises(PayloadError, match="s0"):
-        store.advance(run.id, StepOutcome(step.id, got.attempt, ok=True, result=object()), never)
+        take_pass(store, run.id, StepOutcome(step.id, got.attempt, ok=True, result=object()), never)
     with pytest.raises(PayloadError):
-        store.advance(
+        take_pass(
+            store,
             run.id,
             StepOutcome(step.id, got.attempt, ok=False, error={"type": 1j}),
             never,
@@ -948,7 +1005,7 @@ def test_passes_of_one_run_are_serialised(store: WorkflowStore) -> None:
             decided.append(n)
         return Decision(new_steps=[task(f"s{n}", n)])
 
-    results = race(*[lambda: store.advance(run.id, None, decide)] * 3)
+    results = race(*[lambda: take_pass(store, run.id, None, decide)] * 3)
     assert all(kind == "ok" for kind, _ in results), results
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "s1", "s2"]
     assert store.get_run(run.id).version == run.version + 3  # type: ignore[union-attr]
@@ -965,7 +1022,7 @@ def test_a_slow_decide_holds_no_lock_on_the_run(store: WorkflowStore) -> None:
         assert release.wait(10)
         return Decision(new_steps=[task("late", 1)])
 
-    passing = threading.Thread(target=lambda: store.advance(run.id, None, slow))
+    passing = threading.Thread(target=lambda: take_pass(store, run.id, None, slow))
     passing.start()
     try:
         assert inside.wait(10)
@@ -976,7 +1033,7 @@ def test_a_slow_decide_holds_no_lock_on_the_run(store: WorkflowStore) -> None:
         release.set()
         passing.join(10)
     again: list[RunView] = []
-    store.advance(run.id, None, seen_by(again))
+    take_pass(store, run.id, None, seen_by(again))
     assert again[-1].run.cancel_requested  # the slow pass lost its race and decided again
 
 
@@ -1100,7 +1157,7 @@ def test_note_swept_is_overlap_safe(store: WorkflowStore) -> None:
     wait_until(lambda: store.now_ms() >= first.next_sweep_at)  # type: ignore[operator,union-attr]
     assert store.note_swept(short.id, 50) is True
     assert store.get_run(short.id).sweep_count == 2  # type: ignore[union-attr]
-    after = store.advance(short.id, None, lambda v: Decision())
+    after = take_pass(store, short.id, None, lambda v: Decision())
     assert after.run.next_sweep_at is None and after.run.sweep_count == 0
     assert store.get_run(short.id) == after.run
     record(store, run.id, run_status=RunStatus.COMPLETED)
@@ -1131,7 +1188,7 @@ def test_the_memory_store_writes_an_outcome_on_the_pass_clock_its_view_shows() -
     run, [step] = make_tasks(store, 1)
     got = claim(store, step, "w")
     views: list[RunView] = []
-    store.advance(run.id, StepOutcome(step.id, got.attempt, ok=True, result=1), seen_by(views))
+    take_pass(store, run.id, StepOutcome(step.id, got.attempt, ok=True, result=1), seen_by(views))
     assert views[-1].steps[0] == store.get_step(step.id)
     nxt = store.get_step(step.id)
     assert nxt is not None and nxt.updated_at == views[-1].now

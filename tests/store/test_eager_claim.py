@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pikku_celery.errors import WorkflowStepSupersededError
+from pikku_celery.model.values import EAGER, EagerClaim
 from pikku_celery.store import (
     AdvanceResult,
     AttemptStatus,
@@ -24,8 +25,7 @@ from pikku_celery.store import (
     WorkflowStore,
     step_id_for,
 )
-from pikku_celery.store.model import EAGER, EagerClaim
-from tests.store.support import LONG, TASK, claim, lapse, make_tasks, task
+from tests.store.support import LONG, TASK, claim, lapse, make_tasks, task, threaded
 
 
 def eager(
@@ -42,7 +42,7 @@ def pass_claiming(
     run, [first] = make_tasks(store, 1)
     running = claim(store, first, "w-broker")
     steps = list(new) or [task("next", 1)]
-    result = store.advance(
+    result = threaded(store).take_pass(
         run.id,
         StepOutcome(first.id, running.attempt, ok=True),
         lambda view: Decision(new_steps=steps, eager=eager(eager_name, lease=lease)),
@@ -62,7 +62,7 @@ def test_the_pass_writes_the_named_step_claimed_and_publishes_the_rest(
             new_steps=[task("a", 1), task("b", 2), task("c", 3)], eager=eager("b", lease=LONG)
         )
 
-    result = store.advance(
+    result = threaded(store).take_pass(
         run.id, StepOutcome(first.id, running.attempt, ok=True, result=1), decide
     )
     after = store.now_ms()
@@ -85,7 +85,7 @@ def test_a_message_for_the_eager_step_finds_it_taken(store: WorkflowStore) -> No
     run, result = pass_claiming(store, "next")
     assert result.eager is not None
     step_id = step_id_for(run.id, "next")
-    assert store.claim_step(step_id, TASK, "w-other", LONG, run_id=run.id) is None
+    assert threaded(store).claim(step_id, TASK, "w-other", LONG, run_id=run.id) is None
     assert store.get_step(step_id).attempt == 1  # type: ignore[union-attr]
 
 
@@ -95,12 +95,12 @@ def test_the_eager_attempts_outcome_is_fenced_on_its_claim_id(store: WorkflowSto
     assert claimed is not None
     forged = StepOutcome(claimed.id, claimed.attempt, ok=True, result="x", claim_id="d" * 32)
     with pytest.raises(WorkflowStepSupersededError) as refused:
-        store.advance(run.id, forged, lambda view: Decision())
+        threaded(store).take_pass(run.id, forged, lambda view: Decision())
     assert refused.value.claim_lost
     assert not store.refresh_step_lease(claimed.id, claimed.attempt, LONG, "d" * 32)
     assert store.refresh_step_lease(claimed.id, claimed.attempt, LONG, claimed.claim_id)
     done = StepOutcome(claimed.id, claimed.attempt, ok=True, result=2, claim_id=claimed.claim_id)
-    ended = store.advance(
+    ended = threaded(store).take_pass(
         run.id, done, lambda view: Decision(run_status=RunStatus.COMPLETED, output=2)
     )
     assert ended.run.status == RunStatus.COMPLETED
@@ -120,7 +120,7 @@ def test_a_lapsed_eager_claim_is_taken_over_by_attempt_two(store: WorkflowStore)
     assert second.attempt == 2 and second.claim_id != claimed.claim_id
     late = StepOutcome(claimed.id, 1, ok=True, result="late", claim_id=claimed.claim_id)
     with pytest.raises(WorkflowStepSupersededError):
-        store.advance(run.id, late, lambda view: Decision())
+        threaded(store).take_pass(run.id, late, lambda view: Decision())
     rows = {a.attempt: a for a in store.get_attempts(run.id) if a.step_id == claimed.id}
     assert rows[1].status == AttemptStatus.SUPERSEDED and rows[1].dispatch == EAGER
     assert rows[2].status == AttemptStatus.RUNNING and rows[2].dispatch != EAGER

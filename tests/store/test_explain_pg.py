@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from pikku_celery.sql.schema import run_table, step_table
 from pikku_celery.store import migrate
-from pikku_celery.store.schema import run_table, step_table
-from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from tests.services import PG_ADMIN_URL, SESSION_TAG, scratch_database
 
 RUNS = 3000
@@ -103,7 +103,7 @@ EXPECTED = {
     "lapsed_steps": ["ix_pikku_step_sweep_lease"],
     "undispatched_steps": ["ix_pikku_step_sweep_scheduled"],
     "due_steps": ["ix_pikku_step_sweep_wake"],
-    "idle_runs": ["ix_pikku_run_status_updated"],
+    "idle_runs": ["ix_pikku_run_live_updated"],
 }
 PARAMS = {"p_limit": 100, "p_older_ms": 30_000, "p_idle_ms": 60_000, "p_bound_ms": 7_200_000}
 
@@ -117,7 +117,7 @@ def _plan(engine: sa.Engine, stmt: sa.Select[Any]) -> str:
 
 @pytest.mark.parametrize("query", sorted(EXPECTED))
 def test_sweep_query_uses_its_index(loaded_engine: sa.Engine, query: str) -> None:
-    store = SQLWorkflowStore(loaded_engine)
+    store = store_for(loaded_engine)
     plan = _plan(loaded_engine, store.sweep_statements()[query])
     for index in EXPECTED[query]:
         assert index in plan, plan
@@ -134,7 +134,7 @@ def test_sweep_query_uses_its_index(loaded_engine: sa.Engine, query: str) -> Non
 
 
 def test_sweep_queries_return_what_the_data_holds(loaded_engine: sa.Engine) -> None:
-    store = SQLWorkflowStore(loaded_engine)
+    store = store_for(loaded_engine)
     assert len(store.lapsed_steps(1000)) == RUNS // 100
     assert len(store.lapsed_steps(1000, 7_200_000)) == RUNS // 100  # no lease beyond the bound
     assert len(store.undispatched_steps(30_000, 1000)) == RUNS // 100
@@ -143,7 +143,7 @@ def test_sweep_queries_return_what_the_data_holds(loaded_engine: sa.Engine) -> N
 
 
 def test_the_search_by_idempotency_key_uses_its_index(loaded_engine: sa.Engine) -> None:
-    store = SQLWorkflowStore(loaded_engine)
+    store = store_for(loaded_engine)
     stmt = store.statements.runs_with_key.params(p_key="key-5", p_limit=50)
     sql = str(stmt.compile(dialect=loaded_engine.dialect, compile_kwargs={"literal_binds": True}))
     with loaded_engine.connect() as conn:
@@ -152,3 +152,85 @@ def test_the_search_by_idempotency_key_uses_its_index(loaded_engine: sa.Engine) 
     found = store.runs_with_key("key-5")
     assert [r.idempotency_key for r in found] == ["key-5"] * (RUNS // KEYS)
     assert [r.created_at for r in found] == sorted((r.created_at for r in found), reverse=True)
+
+
+PRUNE_PLANS = {
+    "prune_candidates[]": "ix_pikku_run_settled_root",
+    "prune_candidates[status]": "ix_pikku_run_settled_root",
+    "prune_candidates[status,workflow]": "Index",  # whichever index: the workflow's may win
+    "prune_lock_roots": "pikku_workflow_run_pkey",
+    "prune_children": "ix_pikku_run_parent",
+    "prune_step_ids": "uq_pikku_step_run_name",
+    "prune_delete_attempts": "pikku_workflow_step_attempt_pkey",
+    "prune_delete_steps": "uq_pikku_step_run_name",
+    "prune_delete_audit": "ix_pikku_audit_run",
+    "prune_delete_runs": "pikku_workflow_run_pkey",
+}
+
+
+class _Captured(Exception):
+    """Raised once the driver's SQL of a statement is in hand: nothing runs."""
+
+
+def _driver_sql(engine: sa.Engine, stmt: Any, params: dict[str, Any]) -> tuple[str, Any]:
+    """The SQL and parameters the driver would be sent for ``stmt`` (a DELETE
+    included, whose parameters ``.params()`` cannot bind)."""
+    captured: dict[str, Any] = {}
+
+    def grab(*args: Any) -> None:
+        captured.update(sql=args[2], params=args[3])
+        raise _Captured
+
+    with engine.connect() as conn:
+        sa.event.listen(conn, "before_cursor_execute", grab)
+        with pytest.raises(Exception):  # noqa: B017 - _Captured, as SQLAlchemy wraps it
+            conn.execute(stmt, params)
+        conn.rollback()
+    return captured["sql"], captured["params"]
+
+
+@pytest.fixture(scope="module")
+def with_history(loaded_engine: sa.Engine) -> sa.Engine:
+    """The loaded runs with an attempt row per step and an audit row per run."""
+    with loaded_engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO pikku_workflow_step_attempt (step_id, attempt, run_id, status, "
+            "started_at, renewals) SELECT id, 1, run_id, 'succeeded', created_at, 0 "
+            "FROM pikku_workflow_step ON CONFLICT DO NOTHING"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO pikku_workflow_audit (run_id, action, actor, at) "
+            "SELECT id, 'signal', 'ops', updated_at FROM pikku_workflow_run "
+            "WHERE NOT EXISTS (SELECT 1 FROM pikku_workflow_audit)"
+        )
+    with loaded_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("ANALYZE")
+    return loaded_engine
+
+
+@pytest.mark.parametrize("name", sorted(PRUNE_PLANS))
+def test_retention_statements_use_their_index(with_history: sa.Engine, name: str) -> None:
+    """Retention's statements, by name, are index ranges or key lookups."""
+    loaded_engine = with_history
+    store = store_for(loaded_engine)
+    stmt = store.statements.named()[name]
+    ids = [str(uuid.uuid4()) for _ in range(5)]  # a batch is a sliver of a large table
+    values = {
+        "p_cutoff": 2**50,  # every run loaded settled before it
+        "p_after_at": 0,
+        "p_after_id": "",
+        "p_limit": 500,
+        "p_status": "completed",
+        "p_workflow": "wf1",
+        "p_ids": ids,
+        "p_step_ids": ids,
+    }
+    wanted = {k: v for k, v in values.items() if k in stmt.compile().params}
+    sql, params = _driver_sql(loaded_engine, stmt, wanted)
+    with loaded_engine.connect() as conn:
+        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + sql, params).scalars())
+        conn.rollback()
+    assert PRUNE_PLANS[name] in plan and "Seq Scan on pikku_" not in plan, plan
+    if name in ("prune_candidates[]", "prune_candidates[status]"):  # the cursor bounds the range
+        conds = [line for line in plan.splitlines() if "Index Cond" in line]
+        assert conds and all(">=" in c and "<=" in c for c in conds), plan

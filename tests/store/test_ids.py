@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from pikku_celery.celery.step_body import attempt_task_id
-from pikku_celery.store.model import StepKind, StepState, StepStatus, step_id_for, uuid5_str
+from pikku_celery.model.values import StepKind, StepState, StepStatus, step_id_for, uuid5_str
 
 NAMES = ["", "s0", "charge card", "ü€😀", "a" * 300, "with-dash_and space"]
 

@@ -20,9 +20,10 @@ from click.testing import CliRunner
 from pikku_celery.cli import main
 from pikku_celery.errors import SchemaMissingError
 from pikku_celery.sql.engines import make_engine
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import migrate
-from pikku_celery.store.schema import metadata
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from tests.services import MYSQL_ADMIN_URL, PG_ADMIN_URL, SESSION_TAG, scratch_database
 
 PASSWORD = "s3cret-pw"  # PostgreSQL here trusts loopback, so any password connects
@@ -68,7 +69,7 @@ def test_db_upgrade_creates_the_schema_and_check_says_up_to_date(empty_url: str)
         names = set(sa.inspect(engine).get_table_names())
         assert set(metadata.tables) <= names and migrate.VERSION_TABLE in names
         assert "alembic_version" not in names  # never the application's own table
-        SQLWorkflowStore(engine)  # the runtime accepts it
+        store_for(engine)  # the runtime accepts it
     finally:
         engine.dispose()
 
@@ -114,7 +115,7 @@ def test_env_var_and_the_applications_own_alembic_table(
 def test_missing_tables_raise_schema_missing_error_naming_the_command(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
-        store = SQLWorkflowStore(engine)  # building it touches no database
+        store = store_for(engine)  # building it touches no database
         with pytest.raises(SchemaMissingError) as info:
             store.list_runs()  # its first use checks, before anything is written
         message = str(info.value)
@@ -127,12 +128,24 @@ def test_missing_tables_raise_schema_missing_error_naming_the_command(empty_url:
         with engine.begin() as conn:
             conn.execute(sa.text("ALTER TABLE pikku_workflow_step DROP COLUMN worker"))
         with pytest.raises(SchemaMissingError, match=r"pikku_workflow_step lacks column.*worker"):
-            SQLWorkflowStore(engine).get_run("00000000-0000-4000-8000-000000000000")
-        told = SQLWorkflowStore(engine, upgrade_command="python manage.py pikku_celery db upgrade")
+            store_for(engine).get_run("00000000-0000-4000-8000-000000000000")
+        told = store_for(engine, upgrade_command="python manage.py pikku_celery db upgrade")
         with pytest.raises(SchemaMissingError, match=r"with: python manage\.py pikku_celery db"):
             told.prepare()
         code, out = cli("db", "check", "--database-url", empty_url)
         assert code == 1 and "worker" in out
+    finally:
+        engine.dispose()
+
+
+def test_a_store_built_directly_on_a_server_creates_no_tables(empty_url: str) -> None:
+    # SQLWorkflowStore(engine) is the portable store on any database; only an
+    # embedded one (SQLite) gets its tables on first use.
+    engine = make_engine(empty_url)
+    try:
+        with pytest.raises(SchemaMissingError, match="pikku-celery db upgrade"):
+            SQLWorkflowStore(engine).list_runs()
+        assert sa.inspect(engine).get_table_names() == []
     finally:
         engine.dispose()
 
@@ -142,9 +155,9 @@ def test_sqlite_creates_its_tables_unless_told_not_to(tmp_path: pytest.TempPathF
     engine = make_engine(url)
     try:
         with pytest.raises(SchemaMissingError, match="pikku-celery db upgrade"):
-            SQLWorkflowStore(engine, create_tables=False).prepare()
+            store_for(engine, create_tables=False).prepare()
         assert sa.inspect(engine).get_table_names() == []
-        SQLWorkflowStore(engine).list_runs()  # the embedded default creates them on first use
+        store_for(engine).list_runs()  # the embedded default creates them on first use
         assert set(metadata.tables) <= set(sa.inspect(engine).get_table_names())
     finally:
         engine.dispose()

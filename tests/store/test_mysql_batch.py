@@ -15,9 +15,10 @@ import sqlalchemy as sa
 
 from pikku_celery.errors import WorkflowStepFunctionMismatchError, WorkflowStepSupersededError
 from pikku_celery.sql.mysql_batch import Batch, in_transaction, run_batch
+from pikku_celery.sql.schema import step_table
 from pikku_celery.store import AttemptStatus, StepStatus
-from pikku_celery.store.schema import step_table
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.store.sql_mysql import MySQLWorkflowStore
 from tests.store.conftest import wipe
 from tests.store.support import LONG, SHORT, TASK, lapse, make_tasks
@@ -53,7 +54,7 @@ def test_engines_from_make_engine_batch_and_plain_ones_do_not(
 ) -> None:
     plain = sa.create_engine(store_mysql_engine.url)
     try:
-        batched, unbatched = SQLWorkflowStore(store_mysql_engine), SQLWorkflowStore(plain)
+        batched, unbatched = store_for(store_mysql_engine), store_for(plain)
         assert isinstance(batched, MySQLWorkflowStore)
         assert isinstance(unbatched, MySQLWorkflowStore)
         batched.prepare()
@@ -116,7 +117,7 @@ def test_a_batch_that_fails_half_way_is_rolled_back_before_reuse(
     store_mysql_engine: sa.Engine,
 ) -> None:
     wipe(store_mysql_engine)
-    store = SQLWorkflowStore(store_mysql_engine)
+    store = store_for(store_mysql_engine)
     _, [step] = make_tasks(store, 1)
     broken = Batch(
         store_mysql_engine.dialect,
@@ -135,7 +136,7 @@ def test_a_batch_that_fails_half_way_is_rolled_back_before_reuse(
 def test_a_batch_left_open_is_rolled_back_by_the_pool(store_mysql_engine: sa.Engine) -> None:
     """Only a batch that ended in COMMIT skips the pool's ROLLBACK."""
     wipe(store_mysql_engine)
-    store = SQLWorkflowStore(store_mysql_engine)
+    store = store_for(store_mysql_engine)
     _, [step] = make_tasks(store, 1)
     open_ended = Batch(store_mysql_engine.dialect, [set_worker("uncommitted")])
     with store_mysql_engine.connect() as conn:

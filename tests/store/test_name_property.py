@@ -37,9 +37,10 @@ from hypothesis import strategies as st
 
 from pikku_celery.engine import Context, WorkflowEngine
 from pikku_celery.errors import IdempotencyKeyReusedError, PayloadError
-from pikku_celery.store.model import JSON, RunState, RunStatus, StepState
-from pikku_celery.store.schema import run_table, signal_table, step_table
+from pikku_celery.model.values import JSON, RunState, RunStatus, StepState
+from pikku_celery.sql.schema import run_table, signal_table, step_table
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import InlineDispatcher, make_engine
 from tests.store.conftest import wipe
 
@@ -270,7 +271,7 @@ def sql(request: pytest.FixtureRequest) -> Backend:
         # Earlier suites kill this engine's backends on purpose (a dropped
         # connection costs its one call); start these examples on fresh ones.
         db.dispose()
-    store = SQLWorkflowStore(db)
+    store = store_for(db)
     store.prepare()  # before the first wipe: SQLite makes its tables on first use
     return Backend(kind, store, db)
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import sqlalchemy as sa
 
-from benchmarks.mysql_round_trips import counting
 from pikku_celery.errors import WorkflowStepSupersededError
+from pikku_celery.ports.store import RunStarts
 from pikku_celery.sql.engines import make_engine
 from pikku_celery.store import (
     Decision,
@@ -26,16 +26,17 @@ from pikku_celery.store import (
     StepState,
     StepStatus,
 )
-from pikku_celery.store.base import RunStarts
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
+from tests.mysql_round_trips import counting
 from tests.store.conftest import wipe
-from tests.store.support import SHORT, TASK, claim, lapse, make_tasks, race, task
+from tests.store.support import SHORT, TASK, claim, lapse, make_tasks, race, task, threaded
 from tests.store.wire import on_wire, round_trips, warm_up
 
 
 @pytest.fixture
 def opt_store(server_engine: sa.Engine) -> SQLWorkflowStore:
-    return SQLWorkflowStore(server_engine)
+    return store_for(server_engine)
 
 
 def test_version_moved_between_read_and_write_falls_back(
@@ -54,7 +55,9 @@ def test_version_moved_between_read_and_write_falls_back(
 
     before = store.get_run(run.id)
     assert before is not None
-    result = store.advance(run.id, StepOutcome(step.id, got.attempt, ok=True, result=5), decide)
+    result = threaded(store).take_pass(
+        run.id, StepOutcome(step.id, got.attempt, ok=True, result=5), decide
+    )
     assert len(views) == 2  # the locked pass decided again, on fresh state
     assert views[0].signals == {} and views[1].signals == {"late": {"v": 1}}
     assert views[1].steps[0].status == StepStatus.SUCCEEDED  # the outcome, once
@@ -80,7 +83,9 @@ def test_outcome_superseded_between_read_and_write_writes_nothing(
 
     before = store.get_run(run.id)
     with pytest.raises(WorkflowStepSupersededError):
-        store.advance(run.id, StepOutcome(step.id, stale.attempt, ok=True, result="x"), decide)
+        threaded(store).take_pass(
+            run.id, StepOutcome(step.id, stale.attempt, ok=True, result="x"), decide
+        )
     assert len(calls) == 1
     assert store.get_run(run.id) == before
     now = store.get_step(step.id)
@@ -98,7 +103,9 @@ def test_fan_out_takes_the_locked_pass(opt_store: SQLWorkflowStore) -> None:
         calls.append(view)
         return Decision(new_steps=[task("a", 1), task("b", 2)])
 
-    result = store.advance(run.id, StepOutcome(step.id, got.attempt, ok=True, result=1), decide)
+    result = threaded(store).take_pass(
+        run.id, StepOutcome(step.id, got.attempt, ok=True, result=1), decide
+    )
     assert len(calls) == 2  # the locked pass decided again; the outcome landed once
     assert [(s.status, s.result) for s in calls[1].steps] == [(StepStatus.SUCCEEDED, 1)]
     assert [a.status.value for a in store.get_attempts(run.id)] == ["succeeded"]
@@ -126,7 +133,7 @@ def test_passes_racing_on_one_run_decide_on_what_landed(opt_store: SQLWorkflowSt
 
         def passing(step: StepState, run_id: str = run.id) -> object:
             outcome = StepOutcome(step.id, step.attempt, ok=True, result=step.name)
-            return store.advance(run_id, outcome, decide)
+            return threaded(store).take_pass(run_id, outcome, decide)
 
         results = race(*[lambda step=step: passing(step) for step in got])
         assert [kind for kind, _ in results] == ["ok"] * 8, (round_, results)
@@ -150,7 +157,7 @@ def mariadb_one_store(store_mysql_engine: sa.Engine) -> Iterator[SQLWorkflowStor
     wipe(store_mysql_engine)
     url = store_mysql_engine.url.render_as_string(hide_password=False)
     engine = make_engine(url, pool_size=1, max_overflow=0)
-    yield SQLWorkflowStore(engine)
+    yield store_for(engine)
     engine.dispose()
 
 
@@ -172,30 +179,40 @@ def test_a_sequential_step_costs_two_round_trips_on_mariadb(
     run, [step] = make_tasks(store, 1)
     claimed: list[object] = []
     assert (
-        _mariadb_round_trips(lambda: claimed.append(store.claim_step(step.id, TASK, "w", 60_000)))
+        _mariadb_round_trips(
+            lambda: claimed.append(threaded(store).claim(step.id, TASK, "w", 60_000))
+        )
         == 1
     )
     outcome = StepOutcome(step.id, 1, ok=True, result={"r": 1})
     decide = lambda view: Decision(new_steps=[task("next", 1)])  # noqa: E731
-    assert _mariadb_round_trips(lambda: store.advance(run.id, outcome, decide)) == 1
+    assert _mariadb_round_trips(lambda: threaded(store).take_pass(run.id, outcome, decide)) == 1
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "next"]
     nxt = store.get_steps(run.id)[1]
-    assert _mariadb_round_trips(lambda: store.claim_step(nxt.id, TASK, "w", 60_000)) == 1
+    assert _mariadb_round_trips(lambda: threaded(store).claim(nxt.id, TASK, "w", 60_000)) == 1
     done = StepOutcome(nxt.id, 1, ok=True, result="done")
-    assert _mariadb_round_trips(lambda: store.advance(run.id, done, lambda view: Decision())) == 1
+    assert (
+        _mariadb_round_trips(
+            lambda: threaded(store).take_pass(run.id, done, lambda view: Decision())
+        )
+        == 1
+    )
     assert [(s.status, s.result) for s in store.get_steps(run.id)] == [
         (StepStatus.SUCCEEDED, {"r": 1}),
         (StepStatus.SUCCEEDED, "done"),
     ]
     # A claim this store's pass did not schedule: its pass reads the run
     # first (one batch with its COMMIT).
-    other, [lone] = make_tasks(SQLWorkflowStore(store.engine), 1)
-    fresh = SQLWorkflowStore(store.engine)
+    other, [lone] = make_tasks(store_for(store.engine), 1)
+    fresh = store_for(store.engine)
     fresh.prepare()  # its checks of the schema and the connection, once
-    assert _mariadb_round_trips(lambda: fresh.claim_step(lone.id, TASK, "w", 60_000)) == 1
+    assert _mariadb_round_trips(lambda: threaded(fresh).claim(lone.id, TASK, "w", 60_000)) == 1
     landed = StepOutcome(lone.id, 1, ok=True, result=1)
     assert (
-        _mariadb_round_trips(lambda: fresh.advance(other.id, landed, lambda view: Decision())) == 2
+        _mariadb_round_trips(
+            lambda: threaded(fresh).take_pass(other.id, landed, lambda view: Decision())
+        )
+        == 2
     )
 
 
@@ -204,11 +221,11 @@ def test_a_run_and_its_first_step_are_one_round_trip_on_mariadb(
 ) -> None:
     store = mariadb_one_store
     assert isinstance(store, RunStarts)
-    store.create_run(NewRun(workflow="wf", input=None))  # the clock is read
+    threaded(store).create(NewRun(workflow="wf", input=None))  # the clock is read
     new = NewRun(workflow="wf", input={"n": 1})
     first = lambda view: Decision(new_steps=[task("first", 0)])  # noqa: E731
     started: list[object] = []
-    assert _mariadb_round_trips(lambda: started.append(store.start_run(new, first))) == 1
+    assert _mariadb_round_trips(lambda: started.append(threaded(store).start_pass(new, first))) == 1
     run = store.get_run(new.id)
     assert run is not None and (run.version, run.status, run.input) == (
         2,
@@ -230,13 +247,15 @@ def test_a_sequential_step_costs_two_round_trips(pg_one_store: SQLWorkflowStore)
     engine = store.engine
     claimed: list[object] = []
     assert (
-        _round_trips(engine, lambda: claimed.append(store.claim_step(step.id, TASK, "w", 60_000)))
+        _round_trips(
+            engine, lambda: claimed.append(threaded(store).claim(step.id, TASK, "w", 60_000))
+        )
         == 1
     )
     outcome = StepOutcome(step.id, 1, ok=True, result={"r": 1})
     decide = lambda view: Decision(new_steps=[task("next", 1)])  # noqa: E731
-    assert _round_trips(engine, lambda: store.advance(run.id, outcome, decide)) == 1
+    assert _round_trips(engine, lambda: threaded(store).take_pass(run.id, outcome, decide)) == 1
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "next"]
     nxt = store.get_steps(run.id)[1]
-    assert _round_trips(engine, lambda: store.claim_step(nxt.id, TASK, "w", 60_000)) == 1
+    assert _round_trips(engine, lambda: threaded(store).claim(nxt.id, TASK, "w", 60_000)) == 1
     assert _round_trips(engine, lambda: store.complete_step(nxt.id, 1, "done")) == 1

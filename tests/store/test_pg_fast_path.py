@@ -27,8 +27,9 @@ from pikku_celery.sql.libpq import PgConnection, PgStatement
 from pikku_celery.sql.runner import LibpqRunner
 from pikku_celery.store import AdvanceResult, Decision, NewRun, RunView, StepOutcome, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from tests.services import terminate_backend
-from tests.store.support import TASK, claim, make_tasks, task
+from tests.store.support import TASK, claim, make_tasks, task, threaded
 from tests.store.wire import on_wire, round_trips
 
 
@@ -74,7 +75,7 @@ def cycle(store: SQLWorkflowStore) -> None:
     run, [step] = make_tasks(store, 1)
     got = claim(store, step, "w")
     assert got.attempt == 1 and got.status == StepStatus.RUNNING
-    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+    check_passed(store, run.id, threaded(store).take_pass(run.id, outcome(step.id), decide))
 
 
 @contextmanager
@@ -130,7 +131,7 @@ def test_a_killed_connection_fails_one_claim_then_reconnects(
     terminate_backend(store_pg_engine, pid)
 
     with pytest.raises(sa.exc.OperationalError) as info:
-        store.claim_step(step.id, TASK, "w", 60_000)
+        threaded(store).claim(step.id, TASK, "w", 60_000)
     assert info.value.connection_invalidated
     assert isinstance(info.value.orig, psycopg.OperationalError)
     assert info.value.statement == claim_sql(store).sql
@@ -139,7 +140,7 @@ def test_a_killed_connection_fails_one_claim_then_reconnects(
 
     assert claim(store, step, "w").attempt == 1
     assert backend_pid(store.engine) != pid
-    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+    check_passed(store, run.id, threaded(store).take_pass(run.id, outcome(step.id), decide))
     assert claim_sql(store).name.decode() in prepared(store.engine)
 
 
@@ -154,14 +155,14 @@ def test_a_killed_connection_fails_one_pass_then_reconnects(
     terminate_backend(store_pg_engine, pid)
 
     with pytest.raises(sa.exc.OperationalError) as info:
-        store.advance(run.id, outcome(step.id), decide)
+        threaded(store).take_pass(run.id, outcome(step.id), decide)
     assert info.value.connection_invalidated
     assert info.value.statement == pass_sql(store).sql
     assert store.get_run(run.id) == before  # nothing written
     assert store.get_steps(run.id) == [running]
     assert [a.status.value for a in store.get_attempts(run.id)] == ["running"]
 
-    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+    check_passed(store, run.id, threaded(store).take_pass(run.id, outcome(step.id), decide))
     assert backend_pid(store.engine) != pid
     assert pass_sql(store).name.decode() in prepared(store.engine)
 
@@ -194,12 +195,12 @@ def test_the_claim_and_the_pass_return_their_connection_without_a_rollback(
     run, [step] = make_tasks(store, 1)
     resets.clear()
     claim(store, step, "w")
-    store.advance(run.id, outcome(step.id), decide)
+    threaded(store).take_pass(run.id, outcome(step.id), decide)
     assert resets == [True, True]  # the claim's and the pass's, no ROLLBACK
 
 
 def test_a_refused_connection_fails_the_claim_as_the_general_path_would(
-    store: SQLWorkflowStore, monkeypatch: pytest.MonkeyPatch
+    store: SQLWorkflowStore,
 ) -> None:
     run, [step] = make_tasks(store, 1)
     pool = store.engine.pool
@@ -208,16 +209,17 @@ def test_a_refused_connection_fails_the_claim_as_the_general_path_would(
     def refuse(*_: Any) -> Any:
         raise psycopg.OperationalError("connection refused (test)")
 
-    creator = pool._creator
-    monkeypatch.setattr(pool, "_creator", refuse)
-    with pytest.raises(sa.exc.OperationalError) as info:
-        store.claim_step(step.id, TASK, "w", 60_000)
+    sa.event.listen(store.engine, "do_connect", refuse)
+    try:
+        with pytest.raises(sa.exc.OperationalError) as info:
+            threaded(store).claim(step.id, TASK, "w", 60_000)
+    finally:
+        sa.event.remove(store.engine, "do_connect", refuse)
     assert isinstance(info.value.orig, psycopg.OperationalError)
     assert pool.checkedout() == 0
 
-    monkeypatch.setattr(pool, "_creator", creator)
     assert claim(store, step, "w").attempt == 1
-    check_passed(store, run.id, store.advance(run.id, outcome(step.id), decide))
+    check_passed(store, run.id, threaded(store).take_pass(run.id, outcome(step.id), decide))
     assert pool.checkedout() == 0
 
 
@@ -246,7 +248,7 @@ def test_connection_listeners_see_the_fast_path_s_connections(store: SQLWorkflow
     connected.clear()
     got = claim(store, step, "w")
     assert len(connected) == 1
-    check_passed(store, run.id, store.advance(run.id, outcome(got.id), decide))
+    check_passed(store, run.id, threaded(store).take_pass(run.id, outcome(got.id), decide))
     assert {claim_sql(store).name.decode(), pass_sql(store).name.decode()} <= prepared(store.engine)
 
 
@@ -278,9 +280,9 @@ def test_an_interrupt_mid_statement_drops_the_connection_and_the_next_call_recon
 
     monkeypatch.setattr(PgConnection, "_wait", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        store.claim_step(step.id, TASK, "w", 60_000)
+        threaded(store).claim(step.id, TASK, "w", 60_000)
     assert store.engine.pool.checkedout() == 0
-    got = store.claim_step(step.id, TASK, "w", 60_000)  # on a new connection
+    got = threaded(store).claim(step.id, TASK, "w", 60_000)  # on a new connection
     assert backend_pid(store.engine) != pid
     # The interrupted claim may have landed before the wait was cut short:
     # then this one finds the step running, as a redelivery would.
@@ -299,7 +301,7 @@ def test_a_claim_commits_asynchronously_unless_claims_are_durable(
     asynchronous, waiting = compiled(store, "claim_view"), compiled(store, "claim_view_durable")
     assert "set_config('synchronous_commit', 'off', true)" in asynchronous.sql
     assert "synchronous_commit" not in waiting.sql
-    claiming = SQLWorkflowStore(store.engine, durable_claims=durable)
+    claiming = store_for(store.engine, durable_claims=durable)
     _, [step] = make_tasks(claiming, 1)
     assert claim(claiming, step, "w").claim_id is not None
     used = (waiting if durable else asynchronous).name.decode()

@@ -33,6 +33,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from pikku_celery.engine import Context
+from pikku_celery.engine.passes import take_pass
+from pikku_celery.model.values import Settled
 from pikku_celery.sql.settle import SETTLED_CHANNEL, read_notice
 from pikku_celery.store import (
     Decision,
@@ -42,11 +45,11 @@ from pikku_celery.store import (
     RunView,
     StepStatus,
 )
-from pikku_celery.store.model import Settled
 from pikku_celery.store.sql import SQLWorkflowStore
 from pikku_celery.store.statements_postgres import CLAIM_VIEW_STEPS
+from pikku_celery.testing import InlineDispatcher, make_engine
 from tests.store.conftest import one_connection_store
-from tests.store.support import TASK, claim, make_tasks, names, race, task
+from tests.store.support import TASK, claim, make_tasks, names, task, threaded
 from tests.store.wire import data_rows, longest_row, ok, on_wire, round_trips, warm_up
 
 
@@ -71,10 +74,9 @@ def current(store: SQLWorkflowStore, run_id: str) -> RunState:
 
 
 def new_run(store: SQLWorkflowStore) -> RunState:
-    """A new run; the state ``create_run`` returns is its stored row."""
-    run, created = store.create_run(NewRun(workflow="wf", input={"n": 1, "xs": [1.5, "a"]}))
-    assert created
-    return run
+    """A new run, created as the engine's start creates it (its first pass
+    starts from it); the state ``create_run`` returns is its stored row."""
+    return threaded(store).create(NewRun(workflow="wf", input={"n": 1, "xs": [1.5, "a"]}))
 
 
 def test_create_run_returns_the_stored_row(store: SQLWorkflowStore) -> None:
@@ -109,7 +111,7 @@ def test_first_pass_of_a_new_run_is_one_round_trip(store: SQLWorkflowStore) -> N
     warm_up(store)
     run = new_run(store)
     decide = next_step(0)
-    result, wire = on_wire(store.engine, partial(store.advance, run.id, None, decide))
+    result, wire = on_wire(store.engine, partial(threaded(store).take_pass, run.id, None, decide))
     assert round_trips(wire) == 1
     [view] = decide.views
     assert (view.run, view.steps, view.signals) == (run, [], {})
@@ -126,7 +128,7 @@ def test_first_pass_with_several_steps_decides_once(store: SQLWorkflowStore) -> 
     finds the run as created and applies the decision already made."""
     run = new_run(store)
     decide = Decider(lambda view: Decision(new_steps=[task(f"p{i}", i) for i in range(3)]))
-    result = store.advance(run.id, None, decide)
+    result = threaded(store).take_pass(run.id, None, decide)
     assert len(decide.views) == 1
     assert decide.views[0].run == run and decide.views[0].steps == []
     steps = store.get_steps(run.id)
@@ -137,35 +139,34 @@ def test_first_pass_with_several_steps_decides_once(store: SQLWorkflowStore) -> 
     assert result.run == current(store, run.id)
 
 
-def test_first_pass_from_another_thread_reads_the_run(
+def test_a_pass_not_handed_the_new_run_reads_it(
     store: SQLWorkflowStore, other: SQLWorkflowStore
 ) -> None:
-    """Only the creating thread skips the read. Here another process signals
-    the run first: a pass from another thread must see that signal."""
+    """Only the pass the start hands the run as created skips its read. Here
+    another process signals the run first: a pass not handed it (another
+    message's) reads, and sees that signal."""
     run = new_run(store)
     other.send_signal(run.id, "go", {"v": 1})
     decide = next_step(0)
-    [(status, result)] = race(lambda: store.advance(run.id, None, decide))
-    assert status == "ok", result
+    result = take_pass(store, run.id, None, decide)
     [view] = decide.views  # read, not guessed (a guess would be decided again)
     assert view.signals == {"go": {"v": 1}}
     assert view.run.version == 2
     assert result.run.version == 3 == current(store, run.id).version
     assert names(store.get_steps(run.id)) == ["s0"]
 
-    # The creating thread's pass comes after: it must see the other's step.
-    # (Today it first decides on the run as created, whose entry the other
-    # thread's pass left behind; that statement misses, the version moved,
-    # and the locked pass decides again. Only the last view counts.)
+    # The start's own pass comes after, on the run as created: its write
+    # changes nothing (the version moved), and it decides again on what it
+    # reads. Only the last view counts.
     again = Decider(lambda view: Decision(new_steps=[task("s1", 1)]))
-    later = store.advance(run.id, None, again)
-    assert [names(v.steps) for v in again.views][-1] == ["s0"]
+    later = threaded(store).take_pass(run.id, None, again)
+    assert [names(v.steps) for v in again.views] == [[], ["s0"]]
     assert later.run.version == 4 == current(store, run.id).version
     assert names(store.get_steps(run.id)) == ["s0", "s1"]
 
 
 @pytest.mark.parametrize("change", ["signal", "cancel"])
-def test_a_locked_change_after_create_makes_the_first_pass_read(
+def test_a_locked_change_after_create_makes_the_first_pass_decide_again(
     store: SQLWorkflowStore, change: str
 ) -> None:
     run = new_run(store)
@@ -174,9 +175,11 @@ def test_a_locked_change_after_create_makes_the_first_pass_read(
     else:
         store.request_cancel(run.id)
     decide = next_step(0)
-    result = store.advance(run.id, None, decide)
-    [view] = decide.views  # read once, not decided on the run as created first
-    assert view.run.version == 2
+    result = threaded(store).take_pass(run.id, None, decide)
+    # Decided on the run as created, whose write the moved version refused,
+    # then on the run as read.
+    assert [v.run.version for v in decide.views] == [1, 2]
+    view = decide.views[-1]
     if change == "signal":
         assert view.signals == {"go": {"v": 1}}
     else:
@@ -198,7 +201,9 @@ def test_claim_after_own_pass_takes_the_remembered_steps(store: SQLWorkflowStore
         got, wire = on_wire(store.engine, partial(claim, store, step, "w"))
         assert (round_trips(wire), data_rows(wire)) == (1, 1), f"claim of {step.name}"
         decide = next_step(i)
-        _, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got, {"i": i}), decide))
+        _, wire = on_wire(
+            store.engine, partial(threaded(store).take_pass, run.id, ok(got, {"i": i}), decide)
+        )
         assert round_trips(wire) == 1, f"pass after {step.name}"
         [view] = decide.views
         *before, step = store.get_steps(run.id)
@@ -219,25 +224,25 @@ def test_a_claim_after_own_pass_does_not_read_the_input_again(
     warm_up(store)
     big = {"doc": "x" * 50_000}
     run, _ = store.create_run(NewRun(workflow="wf", input=big))
-    store.advance(run.id, None, next_step(0))
+    threaded(store).take_pass(run.id, None, next_step(0))
     got = claim(store, store.get_steps(run.id)[0], "w")
     for i in range(1, 3):
         decide = next_step(i)
-        store.advance(run.id, ok(got, i), decide)
+        threaded(store).take_pass(run.id, ok(got, i), decide)
         if i == 1:
             assert decide.views[0].run.input == big  # read by the first claim
         got, wire = on_wire(store.engine, partial(claim, store, store.get_steps(run.id)[i], "w"))
         assert longest_row(wire) < 5_000  # the step and the run, no input
     before = current(store, run.id)
     decide = Decider(lambda view: Decision())
-    store.advance(run.id, ok(got, 3), decide)
+    threaded(store).take_pass(run.id, ok(got, 3), decide)
     [view] = decide.views
     assert view.run == before  # the run as stored, its input included
     assert view.run.input == big
 
     # Another store (worker process) knows nothing: its claim reads the input.
     run2, _ = other.create_run(NewRun(workflow="wf", input=big))
-    other.advance(run2.id, None, next_step(0))
+    threaded(other).take_pass(run2.id, None, next_step(0))
     _, wire = on_wire(store.engine, partial(claim, store, store.get_steps(run2.id)[0], "w"))
     assert longest_row(wire) > 50_000
 
@@ -250,13 +255,13 @@ def test_claim_after_another_stores_pass_reads_the_steps(
     ones ``store`` remembers show b still running."""
     run, [a, b] = make_tasks(store, 2)
     got_a, got_b = claim(store, a, "w1"), claim(other, b, "w2")
-    store.advance(run.id, ok(got_a, "A"), next_step(2))
-    other.advance(run.id, ok(got_b, "B"), lambda view: Decision())
+    threaded(store).take_pass(run.id, ok(got_a, "A"), next_step(2))
+    threaded(other).take_pass(run.id, ok(got_b, "B"), lambda view: Decision())
     c = store.get_steps(run.id)[2]
     got, wire = on_wire(store.engine, partial(claim, store, c, "w1"))
     assert data_rows(wire) == 3  # the run moved on: the claim read its steps
     decide = Decider(lambda view: Decision())
-    store.advance(run.id, ok(got, "C"), decide)
+    threaded(store).take_pass(run.id, ok(got, "C"), decide)
     [view] = decide.views
     assert [(s.name, s.status, s.result) for s in view.steps] == [
         ("s0", StepStatus.SUCCEEDED, "A"),
@@ -271,13 +276,13 @@ def test_signal_from_another_store_reaches_the_next_pass(
     store: SQLWorkflowStore, other: SQLWorkflowStore
 ) -> None:
     run, [s0] = make_tasks(store, 1)
-    store.advance(run.id, ok(claim(store, s0, "w"), 0), next_step(1))
+    threaded(store).take_pass(run.id, ok(claim(store, s0, "w"), 0), next_step(1))
     other.send_signal(run.id, "go", {"v": 1})
     s1 = store.get_steps(run.id)[1]
     got, wire = on_wire(store.engine, partial(claim, store, s1, "w"))
-    assert data_rows(wire) == 2
+    assert data_rows(wire) == 3  # the run as it stands (the signal moved it), its signal
     decide = Decider(lambda view: Decision())
-    store.advance(run.id, ok(got, 1), decide)
+    threaded(store).take_pass(run.id, ok(got, 1), decide)
     [view] = decide.views
     assert view.signals == {"go": {"v": 1}}
     assert [(s.name, s.result) for s in view.steps] == [("s0", 0), ("s1", 1)]
@@ -306,7 +311,9 @@ def test_claim_in_a_big_run(
     got, wire = on_wire(store.engine, partial(claim, store, steps[seq], "w"))
     assert data_rows(wire) == rows
     decide = Decider(lambda view: Decision())
-    _, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got, {"seq": seq}), decide))
+    _, wire = on_wire(
+        store.engine, partial(threaded(store).take_pass, run.id, ok(got, {"seq": seq}), decide)
+    )
     # the pass reads the run itself unless the claim's view was kept
     assert round_trips(wire) == (1 if kept else 2)
     [view] = decide.views
@@ -328,13 +335,15 @@ def test_claim_after_own_pass_in_a_big_run_takes_the_remembered_steps(
     warm_up(store)
     run, steps = make_tasks(store, size)
     last = claim(store, steps[-1], "w")
-    store.advance(run.id, ok(last, "last"), next_step(size))
+    threaded(store).take_pass(run.id, ok(last, "last"), next_step(size))
     new = store.get_steps(run.id)[-1]
     assert new.seq == size
     got, wire = on_wire(store.engine, partial(claim, store, new, "w"))
     assert data_rows(wire) == 1
     decide = Decider(lambda view: Decision())
-    _, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got, "new"), decide))
+    _, wire = on_wire(
+        store.engine, partial(threaded(store).take_pass, run.id, ok(got, "new"), decide)
+    )
     assert round_trips(wire) == 1
     [view] = decide.views
     assert len(view.steps) == size + 1
@@ -377,11 +386,15 @@ def test_a_pass_ending_the_run_announces_it_in_its_own_round_trip(
 ) -> None:
     warm_up(store)
     run, [step] = make_tasks(store, 1)
-    store.advance(run.id, ok(claim(store, step, "w")), end_run)  # prepares the statement
+    threaded(store).take_pass(
+        run.id, ok(claim(store, step, "w")), end_run
+    )  # prepares the statement
     run, [step] = make_tasks(store, 1)
     got = claim(store, step, "w")
     with settle_notes(store_pg_engine.url) as notes:
-        result, wire = on_wire(store.engine, partial(store.advance, run.id, ok(got), end_run))
+        result, wire = on_wire(
+            store.engine, partial(threaded(store).take_pass, run.id, ok(got), end_run)
+        )
         assert round_trips(wire) == 1
         assert result.run.status == RunStatus.COMPLETED == current(store, run.id).status
         # once, with the outcome: a waiter needs no read
@@ -392,10 +405,10 @@ def test_a_locked_pass_ending_the_run_announces_it_once(
     store: SQLWorkflowStore, other: SQLWorkflowStore, store_pg_engine: sa.Engine
 ) -> None:
     run, [step] = make_tasks(store, 1)
-    other.advance(run.id, ok(claim(other, step, "w")), next_step(1))
+    threaded(other).take_pass(run.id, ok(claim(other, step, "w")), next_step(1))
     with settle_notes(store_pg_engine.url) as notes:
         # A pass with no outcome, not by the creating thread: the locked pass.
-        result = other.advance(run.id, None, end_run)
+        result = threaded(other).take_pass(run.id, None, end_run)
         assert result.run.status == RunStatus.COMPLETED
         assert notes() == [(run.id, Settled(RunStatus.COMPLETED, 2, None))]
 
@@ -410,6 +423,43 @@ def test_a_pass_that_misses_announces_nothing(
     got = claim(store, step, "w")
     other.send_signal(run.id, "go", None)  # the version moves after the claim read it
     with settle_notes(store_pg_engine.url) as notes:
-        result = store.advance(run.id, ok(got), end_run)
+        result = threaded(store).take_pass(run.id, ok(got), end_run)
         assert result.run.status == RunStatus.COMPLETED
         assert notes() == [(run.id, Settled(RunStatus.COMPLETED, 1, None))]
+
+
+# --- E: through the engine: a step's claim, body and pass ---------------------
+
+
+@pytest.mark.parametrize("eager", [True, False], ids=["eager", "broker"])
+def test_through_the_engine_a_step_costs_its_counted_round_trips(
+    pg_one_store: SQLWorkflowStore, eager: bool
+) -> None:
+    """The engine hands each pass the view its claim read (or the eager
+    claim's pass wrote) and each claim the run its scheduling pass left: an
+    eager step is 1 round trip (its pass), a broker step 2 (claim, pass)."""
+    store = pg_one_store
+    warm_up(store)
+    engine, dispatcher = make_engine(store, dispatcher=InlineDispatcher(eager=eager))
+
+    @dispatcher.task
+    def add(x: int) -> int:
+        return x + 1
+
+    @engine.workflow(name="seq")
+    def seq(ctx: Context, x: int) -> int:
+        for i in range(STEPS):
+            x = ctx.step(f"s{i}", add, x)
+        return x
+
+    seq.start(0)
+    dispatcher.run_until_idle(timeout=15)  # every statement prepared on the connection
+    handle = seq.start(0)
+    _, wire = on_wire(store.engine, lambda: dispatcher.run_until_idle(timeout=15))
+    assert handle.result() == STEPS
+    # the first step's message: its claim, then each step's pass (and, by
+    # broker, each later step's claim)
+    assert round_trips(wire) == (1 + STEPS if eager else 2 * STEPS)
+
+
+STEPS = 6

@@ -8,15 +8,15 @@ import sqlalchemy as sa
 
 from pikku_celery.payload import UnreadableValue
 from pikku_celery.sql.engines import make_engine
+from pikku_celery.sql.schema import step_table
 from pikku_celery.store.rows import step_from, steps_from
-from pikku_celery.store.schema import step_table
-from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from tests.store.support import make_run, task
 
 
 def test_steps_read_in_bulk_are_the_steps_read_one_by_one(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path}/rows.db")
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
     run, _ = make_run(
         store, task("a", 0, max_attempts=3, args=[1, "x"], kwargs={"k": None}), task("b", 1)
     )

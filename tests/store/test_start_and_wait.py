@@ -20,9 +20,13 @@ import pytest
 import sqlalchemy as sa
 
 from pikku_celery.engine import Context, WorkflowEngine
+from pikku_celery.engine.known_runs import KnownRuns
+from pikku_celery.engine.passes import start_pass
 from pikku_celery.errors import WorkflowFailedError
+from pikku_celery.model.plan import plan_pass
 from pikku_celery.store import Decision, NewRun, RunStatus, RunView, StepStatus
 from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from pikku_celery.testing import InlineDispatcher, make_engine
 from tests.store.conftest import wipe
 from tests.store.support import TASK, task
@@ -36,12 +40,14 @@ def one_step(view: RunView) -> Decision:
 def test_a_run_and_its_first_step_are_written_in_one_round_trip(
     pg_one_store: SQLWorkflowStore,
 ) -> None:
-    store = pg_one_store
+    store, runs = pg_one_store, KnownRuns()
     warm_up(store)
-    store.create_run(NewRun(workflow="wf", input=None))  # the clock is read
-    store.start_run(NewRun(workflow="wf", input=None), one_step)  # its statement is prepared
+    start_pass(store, store, NewRun(workflow="wf", input=None), one_step, runs)  # clock read
+    start_pass(
+        store, store, NewRun(workflow="wf", input=None), one_step, runs
+    )  # its statement is prepared
     new = NewRun(workflow="wf", input={"n": 1})
-    result, wire = on_wire(store.engine, partial(store.start_run, new, one_step))
+    result, wire = on_wire(store.engine, partial(start_pass, store, store, new, one_step, runs))
     assert result is not None and round_trips(wire) == 1
     run = store.get_run(new.id)
     assert run is not None and run == result.run
@@ -52,14 +58,21 @@ def test_a_run_and_its_first_step_are_written_in_one_round_trip(
     assert (step.name, step.task_name, step.status) == ("first", TASK, StepStatus.SCHEDULED)
 
 
-@pytest.mark.parametrize(
-    "case",
-    ["no clock reading", "idempotency key", "several steps", "run ends at once"],
-)
-def test_any_other_start_only_creates_the_run(server_engine: sa.Engine, case: str) -> None:
-    store = SQLWorkflowStore(server_engine)  # a new store: no reading yet
-    if case != "no clock reading":
-        store.create_run(NewRun(workflow="wf", input=None))
+def test_a_start_with_no_clock_reading_creates_the_run_then_passes(
+    server_engine: sa.Engine,
+) -> None:
+    store, runs = store_for(server_engine), KnownRuns()  # no reading yet
+    new = NewRun(workflow="wf", input=1)
+    result = start_pass(store, store, new, one_step, runs)
+    assert [s.name for s in result.steps] == ["first"]
+    run = store.get_run(new.id)
+    assert run is not None and run == result.run and run.version == 2
+    assert runs.clock() is not None  # the next start needs no read of the clock
+
+
+@pytest.mark.parametrize("case", ["idempotency key", "several steps", "run ends at once"])
+def test_any_other_start_writes_nothing(server_engine: sa.Engine, case: str) -> None:
+    store = store_for(server_engine)
     new = NewRun(workflow="wf", input=1, idempotency_key="k" if case == "idempotency key" else None)
 
     def decide(view: RunView) -> Decision:
@@ -69,14 +82,17 @@ def test_any_other_start_only_creates_the_run(server_engine: sa.Engine, case: st
             return Decision(run_status=RunStatus.COMPLETED, output=1)
         return one_step(view)
 
-    assert store.start_run(new, decide) is None
-    run = store.get_run(new.id)
-    assert run is not None and (run.version, run.status) == (1, RunStatus.RUNNING)
-    assert store.get_steps(new.id) == []
+    read = store.start_view(new, store.now_ms())
+    if case == "idempotency key":
+        assert read is None  # the engine creates the run, then takes the pass
+        return
+    assert read is not None
+    assert store.write_start(new, read, plan_pass(read.view, None, decide(read.view))) is None
+    assert store.get_run(new.id) is None  # the engine creates it, then takes the pass
 
 
 def test_a_first_pass_that_raises_leaves_the_run_to_fail(server_engine: sa.Engine) -> None:
-    store = SQLWorkflowStore(server_engine)
+    store = store_for(server_engine)
     store.create_run(NewRun(workflow="wf", input=None))
     new = NewRun(workflow="wf", input=None)
 
@@ -84,14 +100,14 @@ def test_a_first_pass_that_raises_leaves_the_run_to_fail(server_engine: sa.Engin
         raise ValueError("a bug in the body")
 
     with pytest.raises(ValueError):
-        store.start_run(new, broken)
+        start_pass(store, store, new, broken)
     assert store.get_run(new.id) is not None  # so the engine can record the failure
 
 
 @pytest.fixture
 def engine(store_pg_engine: sa.Engine) -> Iterator[tuple[WorkflowEngine, InlineDispatcher]]:
     wipe(store_pg_engine)
-    yield make_engine(SQLWorkflowStore(store_pg_engine))
+    yield make_engine(store_for(store_pg_engine))
 
 
 def test_waiting_on_a_run_started_here_reads_nothing(

@@ -1,4 +1,5 @@
-"""The sweep's backlog benchmark in short (``benchmarks/sweep_backlog.py``).
+"""The sweep's backlog benchmark in short (``benchmarks/sweep_backlog.py``, through
+:mod:`tests.sweep_backlog`).
 
 A thousand stalled runs (half lapsed leases, half lost messages), nothing ever
 claimed: with a budget of ``PAGE * PAGES`` steps per query per sweep, every
@@ -13,9 +14,9 @@ import math
 import pytest
 import sqlalchemy as sa
 
-from benchmarks.sweep_backlog import generate, sweep_until_all_reached
-from pikku_celery.store.sql import SQLWorkflowStore
+from pikku_celery.store.sql_for import store_for
 from tests.store.conftest import wipe
+from tests.sweep_backlog import generate, sweep_until_all_reached
 
 RUNS = 1000
 PAGE, PAGES = 50, 2
@@ -31,17 +32,16 @@ def test_a_thousand_stalled_runs_are_all_resent_within_the_bound(
     db: str, request: pytest.FixtureRequest
 ) -> None:
     engine: sa.Engine = request.getfixturevalue(ENGINES[db])
-    store = SQLWorkflowStore(engine)
+    store = store_for(engine)
     now = store.now_ms()  # on SQLite, its first use makes the tables
     wipe(engine)
-    run_ids = generate(engine, RUNS, "mixed", now, progress=False)
+    run_ids = generate(engine, RUNS, "mixed", now)
     bound = math.ceil((RUNS // 2) / (PAGE * PAGES))
     rows = sweep_until_all_reached(
         store,
         run_ids,
         max_sweeps=bound + 3,
         sweep_options={"limit": PAGE, "max_pages": PAGES},
-        progress=False,
         sweep_backoff=600.0,  # nothing re-sent comes back within the test
         sweep_max_backoff=600.0,
     )

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from pikku_celery.store import Decision, StepOutcome, StepState
 from pikku_celery.store.sql import SQLWorkflowStore
-from tests.store.support import claim, make_tasks, task
+from tests.store.support import claim, make_tasks, task, threaded
 
 T = TypeVar("T")
 
@@ -61,9 +61,10 @@ def warm_up(store: SQLWorkflowStore) -> None:
     pass, a claim, and passes with an outcome, with and without a new step."""
     run, [first] = make_tasks(store, 1)
     got = claim(store, first, "warm")
-    store.advance(run.id, ok(got), lambda view: Decision(new_steps=[task("next", 1)]))
+    passes = threaded(store)
+    passes.take_pass(run.id, ok(got), lambda view: Decision(new_steps=[task("next", 1)]))
     nxt = store.get_steps(run.id)[1]
-    store.advance(run.id, ok(claim(store, nxt, "warm")), lambda view: Decision())
+    passes.take_pass(run.id, ok(claim(store, nxt, "warm")), lambda view: Decision())
 
 
 def ok(step: StepState, result: Any = None) -> StepOutcome:

@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from pikku_celery import Context, Pikku
 from pikku_celery.celery.messages import TRACE_HEADER, message_trace
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store import InMemoryWorkflowStore
-from pikku_celery.store.schema import metadata
 from pikku_celery.testing.nodes import LocalRabbitMQContainer
 from pikku_celery.tracing import TracingObserver
 from tests.celery.test_real_workers import _broker

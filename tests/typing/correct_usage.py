@@ -100,3 +100,20 @@ def stand_in_tasks(env: WorkflowTestEnv) -> None:
     assert_type(charge(1, 2), str)
     assert_type(label(order_id=1), dict[str, int])
     assert_type(env.task(len)("abc"), int)
+
+
+def schedules_keep_the_workflow_s_types() -> None:
+    """Stacked, ``@pikku.schedule`` returns the workflow as it was typed; given
+    a workflow (or its name) it returns the schedule."""
+    from datetime import timedelta
+
+    from pikku_celery.schedule import Schedule
+
+    @pikku.schedule(every=timedelta(minutes=5), input=7, catch_up=1)
+    @pikku.workflow(name="typing.scheduled")
+    def scheduled(ctx: Context, n: int) -> str:
+        return str(n)
+
+    assert_type(scheduled, Workflow[int, str])
+    assert_type(pikku.schedule(scheduled, cron="0 3 * * *", name="n"), Schedule)
+    assert_type(pikku.schedule("typing.scheduled", every=60, name="m"), Schedule)

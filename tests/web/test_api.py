@@ -152,6 +152,7 @@ def test_the_list_is_newest_first_with_counts_per_status(shop: Shop, mixed: dict
         "completed": 1,
         "failed": 1,
         "cancelled": 0,
+        "queued": 0,
         "total": 3,
     }
     assert (page["limit"], page["offset"], page["has_more"], page["next_offset"]) == (
@@ -228,6 +229,19 @@ def test_the_list_pages_with_limit_and_offset(shop: Shop) -> None:
     assert api(shop.engine).runs({"limit": str(MAX_LIMIT)}).status == 200
 
 
+def test_the_list_pages_by_cursor_and_its_counts_say_whether_capped(shop: Shop) -> None:
+    made = [shop.start("order", {"a": i, "b": 0}) for i in range(5)]
+    pages = [api(shop.engine).runs({"limit": "2"}).body]
+    while pages[-1]["next_cursor"]:
+        cursor = pages[-1]["next_cursor"]
+        pages.append(api(shop.engine).runs({"limit": "2", "before": cursor}).body)
+        assert pages[-1]["before"] == cursor
+    assert [r["id"] for p in pages for r in p["runs"]] == list(reversed(made))
+    assert [len(p["runs"]) for p in pages] == [2, 2, 1]
+    assert pages[0]["counts_capped"] is False and pages[0]["count_cap"] == 10_000
+    assert pages[0]["counts"]["running"] == 5
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [
@@ -240,6 +254,7 @@ def test_the_list_pages_with_limit_and_offset(shop: Shop) -> None:
         ({"since": "yesterday"}, "neither epoch milliseconds"),
         ({"until": "99999999999999999999"}, "between 1970 and 9999"),
         ({"stauts": "failed"}, "unknown query key(s) 'stauts'"),
+        ({"before": "page-2"}, "not a runs-list cursor"),
     ],
 )
 def test_a_bad_query_is_a_400_naming_the_key(
@@ -261,11 +276,18 @@ def test_a_run_shows_steps_attempts_errors_with_tracebacks_and_actions(
         "now",
         "run",
         "steps",
+        "steps_after",
+        "steps_limit",
+        "next_steps",
+        "steps_total",
+        "step_counts",
         "signals",
         "timers",
         "children",
         "waiting",
         "audit",
+        "retention",
+        "events",
         "permissions",
         "actions",
     }
@@ -291,6 +313,7 @@ def test_a_run_shows_steps_attempts_errors_with_tracebacks_and_actions(
     assert "Traceback" in attempt["error"]["traceback"]
     assert shown["permissions"] == {"cancel": True, "retry": True, "signal": True}
     assert shown["actions"] == {"cancel": False, "retry": True, "signal": False}  # it failed
+    assert shown["retention"] == "runs are kept for good (no retention set)"
     json.dumps(shown)
 
     done = api(shop.engine).run(mixed["done"]).body

@@ -37,6 +37,7 @@ from pikku_celery import Pikku, RunStatus
 from pikku_celery.store import AttemptStatus, Delivery, StepKind, StepStatus
 from pikku_celery.web.app import create_app, loopback_permission
 from pikku_celery.web.permissions import read_only
+from pikku_celery.web.reads import STEPS_LIMIT
 from pikku_celery.web.serve import WsgiApp
 from tests.helpers import wait_until
 
@@ -116,6 +117,8 @@ def test_the_list_shows_finished_failed_and_running_runs_with_counts(
         page.click(f'tr[data-run-id="{running}"] a')
         expect(page.locator("#run-workflow")).to_have_text(webapp.WAITS)
         expect(page.locator("#run-version")).to_have_text(version)
+        retention = "runs are kept for good (no retention set)"  # Pikku(retention=...)
+        expect(page.locator("#run-retention")).to_have_text(retention)
         assert page.url.endswith(f"?run={running}")
 
 
@@ -226,6 +229,69 @@ def test_a_running_run_turns_completed_without_a_reload_and_polling_stops(
         polls = page.evaluate("window.__fetches.length")
         page.clock.run_for(20 * RUN_POLL_MS)
         assert page.evaluate("window.__fetches.length") == polls  # settled: no more polls
+
+
+def test_a_long_history_shows_a_page_of_steps_and_more_on_asking_while_polling(
+    sqlite_pikku: Pikku, page: Any
+) -> None:
+    extra = 7
+    run_id = start(sqlite_pikku, webapp.LONG, STEPS_LIMIT + extra)  # its steps, then a signal's
+    page.clock.install()  # the page's polls run when the test says
+    page.add_init_script(COUNT_FETCHES)
+    with showing(page, create_app(sqlite_pikku, loopback_permission(False))) as url:
+        page.goto(f"{url}?run={run_id}")
+        rows = page.locator("#steps tbody tr")
+        expect(rows).to_have_count(STEPS_LIMIT)
+        more = page.locator("#more-steps")
+        expect(more).to_have_text(f"Show more steps ({extra + 1} more)")
+
+        more.click()
+        expect(rows).to_have_count(STEPS_LIMIT + extra + 1)
+        expect(more).to_have_count(0)
+        expect(rows.last).to_have_attribute("data-step", "signal:go")
+        asked = page.evaluate("window.__fetches")
+        assert any(f"steps_after={STEPS_LIMIT - 1}" in a for a in asked), asked
+
+        sqlite_pikku.send_signal(run_id, "go", None)
+        sqlite_pikku.orchestrate(run_id, "test")  # what the signal's wake-up does
+        page.clock.run_for(RUN_POLL_MS)  # the poll reads both pages again
+        expect(page.locator("#run-status")).to_have_text("completed")
+        expect(rows).to_have_count(STEPS_LIMIT + extra + 2)  # the step after the signal
+        expect(more).to_have_count(0)
+
+
+def test_the_progress_panel_shows_each_keys_latest_value_and_every_event_in_order(
+    sqlite_pikku: Pikku, page: Any
+) -> None:
+    run_id = start(sqlite_pikku, webapp.PROGRESS, 2)
+    page.clock.install()  # the page's polls run when the test says
+    with showing(page, create_app(sqlite_pikku, loopback_permission(False))) as url:
+        page.goto(f"{url}?run={run_id}")
+        panel = page.locator("#events")
+        expect(panel.locator("h2")).to_have_text("Progress")
+        stage = panel.locator('.events-latest [data-event="stage"] .event-value')
+        expect(stage).to_have_text('"waiting for the courier"')
+        expect(panel.locator('.events-latest [data-event="packed"] .event-value')).to_have_text("2")
+        expect(panel.locator("#all-events summary")).to_have_text("all 4 event(s), in order")
+
+        panel.locator("#all-events summary").click()  # open: it stays open across polls
+        sqlite_pikku.send_signal(run_id, "courier", "ok")
+        sqlite_pikku.orchestrate(run_id, "test")  # what the signal's wake-up does
+        page.clock.run_for(RUN_POLL_MS)
+        expect(page.locator("#run-status")).to_have_text("completed")
+        expect(stage).to_have_text('"shipped"')
+        expect(page.locator("#all-events")).to_have_attribute("open", "")
+        rows = page.locator("#all-events tbody tr")
+        expect(rows).to_have_count(5)
+        cells = [rows.nth(i).locator("td") for i in range(5)]
+        seen = [(row.nth(1).inner_text(), row.nth(3).inner_text()) for row in cells]
+        assert seen == [
+            ("stage", '"packing"'),
+            ("packed", "1"),
+            ("packed", "2"),
+            ("stage", '"waiting for the courier"'),
+            ("stage", '"shipped"'),
+        ]
 
 
 def test_cancel_from_the_page_asks_first_then_cancels_the_run(

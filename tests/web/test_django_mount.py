@@ -76,6 +76,13 @@ def test_the_same_api_answers_in_django(client: Client) -> None:
     assert listing.json()["counts"]["running"] >= 1
     shown = client.get(f"/mine/api/runs/{run_id}").json()
     assert shown["run"]["workflow"] == webapp.WAITS and shown["actions"]["cancel"] is True
+    paged = client.get(f"/mine/api/runs/{run_id}", {"steps_limit": "1"}).json()
+    assert [s["name"] for s in paged["steps"]] == ["add"]
+    assert (paged["next_steps"], paged["steps_total"]) == (0, 2)
+    rest = client.get(f"/mine/api/runs/{run_id}", {"steps_after": "0"}).json()
+    assert [s["name"] for s in rest["steps"]] == ["signal:approval"]
+    bad = client.get(f"/mine/api/runs/{run_id}", {"steps_limit": "0"})
+    assert bad.status_code == 400 and bad.json()["error"] == "invalid_query"
     assert client.get("/mine/api/runs/44").json()["error"] == "invalid_run_id"
     unknown = client.get("/mine/api/runs/6f1c1e0e-1111-4222-8333-444455556666")
     assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_run"

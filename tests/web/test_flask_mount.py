@@ -93,6 +93,13 @@ def test_the_api_answers_json_under_the_prefix_and_its_errors_are_json(
     shown = client.get(f"{PREFIX}/api/runs/{run_id}").json
     assert shown["actions"] == {"cancel": True, "retry": False, "signal": True}
     assert ("list", "runs") in hook.calls and ("status", run_id) in hook.calls
+    paged = client.get(f"{PREFIX}/api/runs/{run_id}?steps_limit=1").json
+    assert [s["name"] for s in paged["steps"]] == ["add"] and paged["next_steps"] == 0
+    rest = client.get(f"{PREFIX}/api/runs/{run_id}?steps_after=0").json
+    assert [s["name"] for s in rest["steps"]] == ["signal:approval"]
+    assert rest["next_steps"] is None and rest["steps_total"] == 2
+    bad = client.get(f"{PREFIX}/api/runs/{run_id}?steps_after=x")
+    assert bad.status_code == 400 and bad.json["error"] == "invalid_query"
 
     assert client.get(f"{PREFIX}/api/runs/nope").json["error"] == "invalid_run_id"
     assert client.get(f"{PREFIX}/api/runs?limit=0").json["error"] == "invalid_query"

@@ -29,6 +29,8 @@ PACKS = "web.packs"
 PARENT = "web.parent"
 RETRIES = "web.retries"
 CHARGES = "web.charges"
+PROGRESS = "web.progress"
+LONG = "web.long"
 DECLINING = threading.Event()  # set: web.charge declines (a failure an operator retries)
 LEASE_S = 1.0  # the step lease: a killed worker's step is taken over this long after
 
@@ -96,6 +98,24 @@ def build(database_url: str | None = None, name: str = "webtest") -> Pikku:
     @pikku.workflow(name=RETRIES)
     def retries(ctx: Context, data: dict[str, int]) -> Any:
         return ctx.step("add", add, data["a"], data["b"], retries=1)
+
+    @pikku.workflow(name=PROGRESS)
+    def progress(ctx: Context, parcels: int) -> Any:
+        ctx.set_event("stage", "packing")
+        for done in range(1, parcels + 1):
+            ctx.step(f"pack-{done}", add, done, 0)
+            ctx.set_event("packed", done)
+        ctx.set_event("stage", "waiting for the courier")
+        ctx.wait_for_signal("courier", timeout=3600)
+        ctx.set_event("stage", "shipped")
+        return parcels
+
+    @pikku.workflow(name=LONG)
+    def long(ctx: Context, n: int) -> Any:
+        for _ in range(n):  # a long history without a worker: a value step each
+            ctx.now()
+        ctx.wait_for_signal("go", timeout=3600)
+        return ctx.now().isoformat()
 
     @pikku.workflow(name=PARENT)
     def parent(ctx: Context, data: dict[str, int]) -> Any:

@@ -20,11 +20,11 @@ from typing import Any
 from .commit import PendingRun, start_on_commit
 from .conf import (
     configured_database_url,
-    database_url,
     database_url_for_alias,
     get_pikku,
     pikku_from_settings,
 )
+from .database_urls import database_url
 
 __all__ = [
     "PendingRun",

@@ -9,14 +9,17 @@ both holes.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.db import transaction
 
 from ...engine.core import WorkflowEngine
+from ...engine.deadline import run_timeout_ms
 from ...engine.handle import RunHandle
 from ...engine.workflow import Workflow
 from ...errors import PayloadError
+from ...model.values import JSON
 from ...payload import dumps
-from ...store.model import JSON
 from .conf import get_pikku
 
 
@@ -27,10 +30,17 @@ class PendingRun:
     Django drops the callback and nothing is started.
     """
 
-    def __init__(self, workflow: Workflow, input: JSON, idempotency_key: str | None) -> None:
+    def __init__(
+        self,
+        workflow: Workflow,
+        input: JSON,
+        idempotency_key: str | None,
+        timeout: float | timedelta | None = None,
+    ) -> None:
         self.workflow = workflow
         self.input = input
         self.idempotency_key = idempotency_key
+        self.timeout = timeout
         self.handle: RunHandle | None = None
 
     @property
@@ -51,7 +61,9 @@ class PendingRun:
     def start(self) -> RunHandle:
         """Start the run now (the ``on_commit`` callback); idempotent per PendingRun."""
         if self.handle is None:
-            self.handle = self.workflow.start(self.input, idempotency_key=self.idempotency_key)
+            self.handle = self.workflow.start(
+                self.input, idempotency_key=self.idempotency_key, timeout=self.timeout
+            )
         return self.handle
 
     def __repr__(self) -> str:
@@ -64,6 +76,7 @@ def start_on_commit(
     input: JSON = None,
     *,
     idempotency_key: str | None = None,
+    timeout: float | timedelta | None = None,
     using: str | None = None,
 ) -> PendingRun:
     """Start ``workflow`` when the current transaction on ``using`` commits.
@@ -79,12 +92,16 @@ def start_on_commit(
     the exception propagates from the commit, as any ``on_commit`` callback's
     does; the data is committed by then, so pass an ``idempotency_key``
     derived from it to make a later retry start the same run, not a second.
+    ``timeout`` is :meth:`~pikku_celery.Pikku.start`'s: the run's deadline,
+    counted from when it starts (after the commit).
     """
     engine: WorkflowEngine = workflow.engine if isinstance(workflow, Workflow) else get_pikku()
     wf = engine.registry.get(workflow)
     dumps(input, f"workflow {wf.name!r}", "input", engine.max_input_bytes)
     if idempotency_key is not None and not isinstance(idempotency_key, str):
         raise PayloadError(f"idempotency_key must be a str, got {type(idempotency_key).__name__}")
-    pending = PendingRun(wf, input, idempotency_key)
+    if timeout is not None:
+        run_timeout_ms(timeout)  # refused now, while the transaction can roll back
+    pending = PendingRun(wf, input, idempotency_key, timeout)
     transaction.on_commit(pending.start, using=using)
     return pending

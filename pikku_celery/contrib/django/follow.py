@@ -26,6 +26,8 @@ from django.db import connections
 from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.signals import connection_created
 
+from .database_urls import database_url
+
 if TYPE_CHECKING:
     from ...engine.core import WorkflowEngine
 
@@ -52,8 +54,6 @@ def target_of(alias: str) -> tuple[Any, ...]:
 
 def follow_django_database(engine: sa.Engine, alias: str) -> sa.Engine:
     """Make ``engine`` connect wherever ``connections[alias]`` points at connect time."""
-    from .conf import database_url
-
     built_for = target_of(alias)
     _, built_params = engine.dialect.create_connect_args(engine.url)
 

@@ -42,6 +42,7 @@ def run_page_urls(
         path("", views.page, name="run_page"),
         path("assets/<str:name>", views.asset, name="run_page_asset"),
         path("api/runs", views.runs, name="api_runs"),
+        path("api/runs/bulk/<str:action>", views.bulk, name="api_bulk"),
         path("api/runs/<str:run_id>", views.run, name="api_run"),
         path("api/runs/<str:run_id>/cancel", views.cancel, name="api_cancel"),
         path("api/runs/<str:run_id>/retry", views.retry, name="api_retry"),

@@ -30,7 +30,7 @@ from django.middleware.csrf import get_token
 
 from ...engine.core import WorkflowEngine
 from ...errors import StoreUnavailableError
-from ...store.model import Operator
+from ...model.values import Operator
 from ...web.api import Answer, Body, RunApi, error_answer, failure, request_operator
 from ...web.page import HTML_TYPE, PAGE_HEADERS, asset, render_page
 from ...web.permissions import LIST_TARGET, READ_ACTIONS, Permission
@@ -153,6 +153,7 @@ class RunPageViews:
         self.cancel = _methods(post=self._cancel)
         self.retry = _methods(post=self._retry)
         self.signal = _methods(post=self._signal)
+        self.bulk = _methods(post=self._bulk)
         self.metrics = _methods(get=self._metrics)
 
     def api(self) -> RunApi:
@@ -193,7 +194,8 @@ class RunPageViews:
         return self._call(request, lambda api: api.runs(query))
 
     def _run(self, request: HttpRequest, run_id: str) -> HttpResponse:
-        return self._call(request, lambda api: api.run(run_id))
+        query = {key: request.GET[key] for key in request.GET}
+        return self._call(request, lambda api: api.run(run_id, query))
 
     def _cancel(self, request: HttpRequest, run_id: str) -> HttpResponse:
         who = request_user(request)
@@ -206,6 +208,10 @@ class RunPageViews:
     def _signal(self, request: HttpRequest, run_id: str, name: str) -> HttpResponse:
         who = request_user(request)
         return self._call(request, lambda api: api.signal(run_id, name, _body(request), who))
+
+    def _bulk(self, request: HttpRequest, action: str) -> HttpResponse:
+        who = request_user(request)
+        return self._call(request, lambda api: api.bulk(action, _body(request), who))
 
     def _metrics(self, request: HttpRequest) -> HttpResponse:
         """Prometheus' text format, read from the store (asks ``permission("list", "runs")``)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
+from pikku_celery.sql.schema import metadata
 from pikku_celery.store.migrate import VERSION_TABLE, include_object
-from pikku_celery.store.schema import metadata
 
 config = context.config
 

@@ -11,9 +11,9 @@ const API = document.body.dataset.api;
 const CSRF = document.body.dataset.csrf || "";
 const RUN_POLL_MS = 1000;
 const LIST_POLL_MS = 3000;
-const STATUSES = ["running", "suspended", "completed", "failed", "cancelled"];
+const STATUSES = ["running", "suspended", "completed", "failed", "cancelled", "queued"];
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
-const FILTERS = ["status", "workflow", "since", "until", "q", "offset"];
+const FILTERS = ["status", "workflow", "since", "until", "q", "offset", "before"];
 
 const main = document.getElementById("main");
 const live = document.getElementById("live");
@@ -122,7 +122,7 @@ function showList(params, gen) {
     try {
       const page = await call("runs?" + new URLSearchParams(filters));
       if (gen !== generation) return;
-      counts.replaceChildren(...countLinks(page.counts, filters));
+      counts.replaceChildren(...countLinks(page.counts, filters, page.counts_capped ? page.count_cap : null));
       table.replaceChildren(runsTable(page), pager(page, filters));
       setLive(`updated ${clock(page.now)}`, true);
     } catch (error) {
@@ -171,14 +171,20 @@ function filterForm(filters) {
   return form;
 }
 
-function countLinks(counts, filters) {
-  const all = link(query(filters, { status: "", offset: "" }), "", { class: `count ${filters.status ? "" : "current"}`, dataset: { status: "all" } });
-  all.append(el("span", { class: "label", text: "all" }), el("span", { class: "n", text: counts.total }));
+// A count that reached the cap reads "10,000+" (the server stops counting there).
+function countText(n, cap, total) {
+  if (cap === null) return String(n);
+  return total || n >= cap ? `${n.toLocaleString("en")}+` : String(n);
+}
+
+function countLinks(counts, filters, cap) {
+  const all = link(query(filters, { status: "", offset: "", before: "" }), "", { class: `count ${filters.status ? "" : "current"}`, dataset: { status: "all" } });
+  all.append(el("span", { class: "label", text: "all" }), el("span", { class: "n", text: countText(counts.total, cap, true) }));
   return [
     all,
     ...STATUSES.map((s) => {
-      const a = link(query(filters, { status: s, offset: "" }), "", { class: `count status-${s} ${filters.status === s ? "current" : ""}`, dataset: { status: s } });
-      a.append(el("span", { class: "label", text: s }), el("span", { class: "n", text: counts[s] }));
+      const a = link(query(filters, { status: s, offset: "", before: "" }), "", { class: `count status-${s} ${filters.status === s ? "current" : ""}`, dataset: { status: s } });
+      a.append(el("span", { class: "label", text: s }), el("span", { class: "n", text: countText(counts[s], cap, false) }));
       return a;
     }),
   ];
@@ -211,11 +217,15 @@ function runsTable(page) {
   return el("table", { id: "runs", class: "grid" }, el("thead", {}, head), el("tbody", {}, rows));
 }
 
+// Older pages go by cursor (a deep page costs what the first does); the way
+// back is the browser's, or the newest page.
 function pager(page, filters) {
   const nav = el("nav", { class: "pager" });
-  if (page.offset > 0) nav.append(link(query(filters, { offset: Math.max(0, page.offset - page.limit) || "" }), "← newer"));
-  nav.append(el("span", { text: ` runs ${page.runs.length ? page.offset + 1 : 0}–${page.offset + page.runs.length} ` }));
-  if (page.has_more) nav.append(link(query(filters, { offset: page.next_offset }), "older →"));
+  if (page.before) nav.append(link(query(filters, { before: "", offset: "" }), "← newest"));
+  else if (page.offset > 0) nav.append(link(query(filters, { offset: Math.max(0, page.offset - page.limit) || "" }), "← newer"));
+  const first = page.before ? "older runs" : `runs ${page.runs.length ? page.offset + 1 : 0}–${page.offset + page.runs.length}`;
+  nav.append(el("span", { text: ` ${first} ` }));
+  if (page.has_more) nav.append(link(query(filters, { before: page.next_cursor, offset: "" }), "older →"));
   return nav;
 }
 
@@ -224,11 +234,13 @@ function pager(page, filters) {
 function showRun(id, gen) {
   document.title = `run ${id} · pikku-celery`;
   main.replaceChildren(el("p", { class: "loading", text: `loading run ${id}…` }));
-  const view = { id, selected: null, data: null, gen };
+  // wanted: how many steps the page shows (the API's first page, then more
+  // a page at a time on "show more steps"); each poll reads those pages again.
+  const view = { id, selected: null, data: null, gen, wanted: 0 };
   const refresh = async () => {
     clearTimeout(pending);
     try {
-      const data = await call(`runs/${encodeURIComponent(id)}`);
+      const data = await readRun(id, view.wanted);
       if (gen !== generation) return;
       view.data = data;
       renderRun(view);
@@ -249,7 +261,27 @@ function showRun(id, gen) {
     schedule(refresh, RUN_POLL_MS, gen);
   };
   view.refresh = refresh;
+  view.more = () => {
+    view.wanted = view.data.steps.length + view.data.steps_limit;
+    refresh();
+  };
   refresh();
+}
+
+// The run with its first page of steps, and the pages after it until at
+// least `wanted` steps are read (or none remain): a long history is never
+// read whole, and its pages arrive in seq order.
+async function readRun(id, wanted) {
+  const path = `runs/${encodeURIComponent(id)}`;
+  const data = await call(path);
+  const steps = [...data.steps];
+  let next = data.next_steps;
+  while (next !== null && next !== undefined && steps.length < wanted) {
+    const page = await call(`${path}?steps_after=${next}&steps_limit=${data.steps_limit}`);
+    steps.push(...page.steps);
+    next = page.next_steps;
+  }
+  return { ...data, steps, next_steps: next };
 }
 
 function renderRun(view) {
@@ -266,7 +298,7 @@ function renderRun(view) {
     legend(),
   );
   main.replaceChildren(
-    el("section", { id: "run" }, runHeader(data), actions(view), canvasTree(data), timeline, detail(data, view.selected), stepsTable(data, select), auditTrail(data), extras(data)),
+    el("section", { id: "run" }, runHeader(data), actions(view), eventsPanel(data), canvasTree(data), timeline, detail(data, view.selected), stepsTable(data, select, view.more), auditTrail(data), extras(data)),
   );
 }
 
@@ -280,10 +312,14 @@ function runHeader(data) {
     ["updated", clock(run.updated_at)],
     ["duration", duration(run.duration_s)],
     ["parent run", run.parent_run_id ? link(`?run=${run.parent_run_id}`, run.parent_run_id, { class: "mono", id: "parent-link" }) : null],
+    ["continued from", run.continued_from ? link(`?run=${run.continued_from}`, run.continued_from, { class: "mono", id: "continued-from-link" }) : null],
+    ["continued as", run.continued_as ? link(`?run=${run.continued_as}`, run.continued_as, { class: "mono", id: "continued-as-link" }) : null],
     ["children", data.children.length ? el("span", { id: "children" }, data.children.map((c) => link(`?run=${c}`, c, { class: "mono child-link" }))) : null],
     ["waiting", data.waiting ? el("span", { id: "run-waiting", text: waitingText(data.waiting) }) : null],
     ["next wake-up", run.wake_at && !TERMINAL.has(run.status) ? clock(run.wake_at) : null],
+    ["deadline", run.deadline_at ? clock(run.deadline_at) : null],
     ["blocked", run.blocked ? el("span", { class: "bad", text: run.blocked }) : null],
+    ["kept", data.retention ? el("span", { id: "run-retention", text: data.retention }) : null],
   ];
   const dl = el("dl", { class: "facts" });
   for (const [key, value] of facts) if (value) dl.append(el("dt", { text: key }), el("dd", {}, value));
@@ -453,7 +489,7 @@ function detail(data, selected) {
   return panel;
 }
 
-function stepsTable(data, select) {
+function stepsTable(data, select, more) {
   if (!data.steps.length) return null;
   const head = el("tr", {}, ["#", "step", "kind", "status", "attempt", "task / detail", "arguments", "queue", "node", "duration", "lease left", "result / error"].map((h) => el("th", { text: h })));
   const rows = data.steps.map((s) => {
@@ -478,7 +514,13 @@ function stepsTable(data, select) {
       el("td", { class: s.error ? "err" : "result", text: outcome.length > 120 ? outcome.slice(0, 119) + "…" : outcome }),
     );
   });
-  return el("section", { class: "panel" }, el("h2", { text: "Steps" }), el("table", { id: "steps", class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)));
+  const left = data.steps_total - data.steps.length;
+  const moreButton =
+    data.next_steps === null || data.next_steps === undefined
+      ? null
+      : el("p", { class: "more-steps" }, el("button", { type: "button", id: "more-steps", text: `Show more steps (${left} more)`, onclick: more }));
+  const title = data.steps_total > data.steps.length ? `Steps (${data.steps.length} of ${data.steps_total})` : "Steps";
+  return el("section", { class: "panel" }, el("h2", { text: title }), el("table", { id: "steps", class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)), moreButton);
 }
 
 function argumentsText(step) {
@@ -550,6 +592,28 @@ function canvasTree(data) {
     return row;
   });
   return el("section", { id: "canvas", class: "panel" }, el("h2", { text: "Canvas" }), el("ul", { class: "canvas-tree" }, rows));
+}
+
+// Progress events (ctx.set_event): each key's latest value first, then every
+// event in the order the run set them. Redrawn on every poll of a live run.
+function eventsPanel(data) {
+  const events = data.events || [];
+  if (!events.length) return null;
+  const latest = new Map();
+  for (const e of events) {
+    const known = latest.get(e.key);
+    if (!known || e.number > known.number) latest.set(e.key, e);
+  }
+  const facts = [...latest.values()].map((e) =>
+    el("li", { dataset: { event: e.key } }, el("span", { class: "mono", text: e.key }), " ", el("code", { class: "event-value", text: cut(JSON.stringify(e.value), 200) }), el("span", { class: "hint", text: ` #${e.number} at ${clock(e.at)}` })),
+  );
+  const head = el("tr", {}, ["set at (UTC)", "key", "#", "value"].map((h) => el("th", { text: h })));
+  const rows = events.map((e) =>
+    el("tr", { dataset: { step: e.step } }, el("td", { class: "mono", text: clock(e.at) }), el("td", { class: "mono", text: e.key }), el("td", { text: String(e.number) }), el("td", {}, el("code", { text: cut(JSON.stringify(e.value), 200) }))),
+  );
+  const wasOpen = document.getElementById("all-events")?.open; // kept open across polls
+  const all = el("details", { id: "all-events", open: wasOpen ? "" : null }, el("summary", { class: "hint", text: `all ${events.length} event(s), in order` }), el("table", { class: "grid" }, el("thead", {}, head), el("tbody", {}, rows)));
+  return el("section", { id: "events", class: "panel" }, el("h2", { text: "Progress" }), el("ul", { class: "events-latest" }, facts), all);
 }
 
 function extras(data) {

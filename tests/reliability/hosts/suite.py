@@ -43,7 +43,7 @@ from pathlib import Path
 import redis
 import sqlalchemy as sa
 
-from pikku_celery.store.schema import attempt_table, metadata, run_table, step_table
+from pikku_celery.sql.schema import attempt_table, metadata, run_table, step_table
 from pikku_celery.testing.nodes import LocalRedisContainer
 from tests.celery.workers import WorkerProcess, worker
 from tests.helpers import wait_until
@@ -360,7 +360,7 @@ class _FaultRun(_Chaos):
                 at = began + self.hcfg.first_fault + k * self.hcfg.fault_every
                 if self.abort.wait(max(0.0, at - time.monotonic())):  # the fault's time
                     return
-                self.cut(k % len(self.slots))
+                self.cut(k % len(self.slots))  # or the busy worker, if that one is idle
         except Exception as exc:  # recorded: the run fails
             self.errors.append(f"cut: {exc!r}")
 
@@ -374,15 +374,27 @@ class _FaultRun(_Chaos):
             ).all()
         return {r.id: r.attempt for r in rows if self.monitor.slot_of(r.worker) == slot}
 
-    def cut(self, slot: int) -> None:
-        """Cut the worker in ``slot`` off while it runs a step, until its lease
-        lapsed (and its steps were taken over), then heal it."""
+    def busy_slot(self, preferred: int) -> int | None:
+        """``preferred`` if its worker runs a step now, else another busy worker's
+        slot: eager steps keep a run on the worker that took it, so one worker
+        can stay idle for a whole short workload."""
+        busy = self.busy_slots()
+        if preferred in busy:
+            return preferred
+        return busy[0] if busy else None
+
+    def cut(self, preferred: int) -> None:
+        """Cut a worker off while it runs a step (the one in ``preferred`` if it
+        is busy), until its lease lapsed (and its steps were taken over), then
+        heal it."""
         case = self.hcfg.case
-        host = self.lab.workers[slot]
+        slot = preferred
         for tries in range(40):  # until the cut catches it holding a step
-            while slot not in self.busy_slots() and not self.abort.wait(0.05):
+            while (found := self.busy_slot(preferred)) is None and not self.abort.wait(0.05):
                 if time.monotonic() - self.t0 > self.cfg.seconds * 2:
                     break  # the workload is over: cut it anyway
+            slot = preferred if found is None else found
+            host = self.lab.workers[slot]
             began = time.monotonic()
             if case == "db-cut":
                 host.cut_from(self.lab.db)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from pikku_celery.store.schema import ExactString
+from pikku_celery.sql.schema import ExactString
 
 revision = "0003"
 down_revision = "0002"

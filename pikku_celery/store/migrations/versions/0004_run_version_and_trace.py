@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from pikku_celery.store.schema import JSON_TEXT, ExactString
+from pikku_celery.sql.schema import JSON_TEXT, ExactString
 
 revision = "0004"
 down_revision = "0003"

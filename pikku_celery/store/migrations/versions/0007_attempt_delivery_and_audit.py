@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-from pikku_celery.store.schema import ExactString
+from pikku_celery.sql.schema import ExactString
 
 revision = "0007"
 down_revision = "0006"

@@ -1,0 +1,1 @@
+"""Peer suites: other projects' own tests run against pikku, by hand (never collected in CI)."""
