@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 import sqlalchemy as sa
@@ -44,23 +44,27 @@ class EagerProcess(CeleryProcess):
 
 @dataclass
 class Cluster:
+    """Workers and a beat of one test app module (``process``'s), on one broker."""
+
     kind: str
     env: dict[str, str]
     app: realapp.TestApp
     workdir: Path
     workers: list[CeleryProcess] = field(default_factory=list)
     beat: CeleryProcess | None = None
+    process: ClassVar[type[CeleryProcess]] = EagerProcess
+    prefix: ClassVar[str] = "e"  # the workers' node names
 
     def add_worker(self, queues: list[str] | None = None, pool: str = "prefork") -> CeleryProcess:
-        name = f"e{len(self.workers)}-{SESSION_TAG}"
+        name = f"{self.prefix}{len(self.workers)}-{SESSION_TAG}"
         argv = worker_argv(queues or self.app.queues[:2], name, 1)
         argv[argv.index("--pool") + 1] = pool
-        w = EagerProcess(argv, self.env, self.workdir / f"{name}.log").start()
+        w = self.process(argv, self.env, self.workdir / f"{name}.log").start()
         self.workers.append(w)
         return w.wait_ready()
 
     def start_beat(self) -> None:
-        self.beat = EagerProcess(beat_argv(self.workdir), self.env, self.workdir / "beat.log")
+        self.beat = self.process(beat_argv(self.workdir), self.env, self.workdir / "beat.log")
         self.beat.start().wait_ready()
 
     def logs(self) -> str:
@@ -70,16 +74,35 @@ class Cluster:
         return "\n".join(parts)
 
 
+ClusterT = TypeVar("ClusterT", bound=Cluster)
+
+
 def make_cluster(
     request: pytest.FixtureRequest, pg_url: str, workdir: Path, **extra: str
 ) -> Iterator[Cluster]:
-    kind = request.param
-    broker = _broker(kind)
     name = request.node.name[:24].replace("[", "-").replace("]", "")
+    kind = request.param
+    yield from cluster_of(
+        Cluster, eagerapp.build, kind, pg_url, workdir, f"e{kind}-{name}", **extra
+    )
+
+
+def cluster_of(
+    cls: type[ClusterT],
+    build: Callable[[dict[str, str]], realapp.TestApp],
+    kind: str,
+    pg_url: str,
+    workdir: Path,
+    queue: str,
+    **extra: str,
+) -> Iterator[ClusterT]:
+    """A ``cls`` cluster of the app ``build`` makes, on a ``kind`` broker of
+    its own, torn down (workers, beat, broker, app) when the caller is done."""
+    broker = _broker(kind)
     env = {
         "PIKKU_T_BROKER": broker.url,
         "PIKKU_T_DATABASE": pg_url,
-        "PIKKU_T_QUEUE": f"{SESSION_TAG}-e{kind}-{name}",
+        "PIKKU_T_QUEUE": f"{SESSION_TAG}-{queue}",
         "PIKKU_T_VISIBILITY": str(VISIBILITY),
         "PIKKU_T_SWEEP": str(SWEEP),
         "PIKKU_T_MARKS": str(workdir),
@@ -87,12 +110,23 @@ def make_cluster(
     }
     if isinstance(broker, LocalRedisContainer):
         env["PIKKU_T_KEYPREFIX"] = broker.prefix
-    app = eagerapp.build(env)
-    c = Cluster(kind, env, app, workdir)
+    app = build(env)
+    c = cls(kind, env, app, workdir)
     try:
         yield c
     finally:
         tear_down([*c.workers, c.beat], broker, app)
+
+
+def ledger_keys(cluster: Cluster, key: str) -> list[str]:
+    """The ledger rows (one per step body that ran) of the run started as ``key``."""
+    engine = cluster.app.pikku.sql_engine
+    assert engine is not None
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(realapp.ledger.c.key).where(realapp.ledger.c.key.like(f"{key}:%"))
+        ).scalars()
+        return sorted(rows)
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])

@@ -10,16 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from pikku_celery.engine.continuing import successor_id
 from pikku_celery.store import RunStatus
-from tests.celery import realapp
-from tests.celery.test_eager_workers import Cluster, waited
-from tests.celery.test_real_workers import _broker, pg_tables, tear_down  # noqa: F401 - a fixture
-from tests.celery.workers import CeleryProcess, beat_argv, worker_argv
+from tests.celery.test_eager_workers import Cluster, cluster_of, ledger_keys, waited
+from tests.celery.test_real_workers import pg_tables  # noqa: F401 - a fixture
+from tests.celery.workers import CeleryProcess
 from tests.helpers import wait_until
-from tests.services import SESSION_TAG
 
 from . import canapp
 
@@ -31,46 +28,21 @@ class CanProcess(CeleryProcess):
 
 
 class CanCluster(Cluster):
-    def add_worker(self, queues: list[str] | None = None, pool: str = "prefork") -> CeleryProcess:
-        name = f"c{len(self.workers)}-{SESSION_TAG}"
-        argv = worker_argv(queues or self.app.queues[:2], name, 1)
-        w = CanProcess(argv, self.env, self.workdir / f"{name}.log").start()
-        self.workers.append(w)
-        return w.wait_ready()
-
-    def start_beat(self) -> None:
-        self.beat = CanProcess(beat_argv(self.workdir), self.env, self.workdir / "beat.log")
-        self.beat.start().wait_ready()
+    process = CanProcess
+    prefix = "c"
 
 
 @pytest.fixture
 def cluster(pg_tables: str, tmp_path: Path) -> Iterator[CanCluster]:  # noqa: F811
-    broker = _broker("redis")
-    env = {
-        "PIKKU_T_BROKER": broker.url,
-        "PIKKU_T_DATABASE": pg_tables,
-        "PIKKU_T_QUEUE": f"{SESSION_TAG}-continue-as-new",
-        "PIKKU_T_VISIBILITY": "3.0",
-        "PIKKU_T_SWEEP": "1.0",
-        "PIKKU_T_MARKS": str(tmp_path),
-        "PIKKU_T_KEYPREFIX": getattr(broker, "prefix", ""),
-        "PIKKU_T_KILL_CONTINUE": "1",
-    }
-    c = CanCluster("redis", env, canapp.build(env), tmp_path)
-    try:
-        yield c
-    finally:
-        tear_down([*c.workers, c.beat], broker, c.app)
-
-
-def ledger_keys(cluster: Cluster, key: str) -> list[str]:
-    engine = cluster.app.pikku.sql_engine
-    assert engine is not None
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(realapp.ledger.c.key).where(realapp.ledger.c.key.like(f"{key}:%"))
-        ).scalars()
-        return sorted(rows)
+    yield from cluster_of(
+        CanCluster,
+        canapp.build,
+        "redis",
+        pg_tables,
+        tmp_path,
+        "continue-as-new",
+        PIKKU_T_KILL_CONTINUE="1",
+    )
 
 
 def test_sigkills_around_a_continuation_start_each_successor_once(cluster: CanCluster) -> None:
