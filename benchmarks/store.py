@@ -1,6 +1,6 @@
 """The store's hot path against a raw single-row UPDATE, on the same server.
 
-    python benchmarks/store.py [--n 2000] [--backends postgres,mariadb]
+    python benchmarks/store.py [--n 2000] [--backends postgres,mariadb] [--keyed]
 
 For each server it makes a scratch database (dropped afterwards), migrates it,
 and times, on one thread, rounds of one of each (interleaved, so the load of
@@ -13,6 +13,11 @@ a shared machine weighs on all three alike):
 - ``claim+advance``: ``claim_step`` then ``advance`` with the outcome and a
   pass that records the next step or ends the run (the engine's real cycle:
   the run's steps read for the replay, the outcome, the next step, the run).
+
+With ``--keyed``, three more, each ``create_run`` (the row a start writes
+before its first pass): ``start`` without an idempotency key, ``start+key``
+with a new key, ``start+key again`` with a key already used (the run it names
+read back).
 
 "UPDATE equivalents" = mean cycle time / mean UPDATE time, measured in the
 same run. Server URLs: ``PIKKU_TEST_PG_URL`` / ``PIKKU_TEST_MYSQL_URL`` (an
@@ -159,16 +164,35 @@ def claim_advance_op(store: SQLWorkflowStore) -> tuple[Callable[[], None], Calla
     return prepare, cycle
 
 
-def measure(url: str, n: int, warmup: int = 200) -> dict[str, list[float]]:
-    """The three operations interleaved, one of each per round, so a load
-    spike on this shared machine hits all three alike."""
+def start_ops(store: SQLWorkflowStore) -> list[tuple[str, Callable[[], None]]]:
+    """create_run without a key, with a new key, with a key already used."""
+    used = f"bench-{uuid.uuid4().hex}"
+    store.create_run(NewRun("bench", {}, idempotency_key=used))
+
+    def plain() -> None:
+        assert store.create_run(NewRun("bench", {}))[1]
+
+    def keyed() -> None:
+        assert store.create_run(NewRun("bench", {}, idempotency_key=uuid.uuid4().hex))[1]
+
+    def again() -> None:
+        assert not store.create_run(NewRun("bench", {}, idempotency_key=used))[1]
+
+    return [("start", plain), ("start+key", keyed), ("start+key again", again)]
+
+
+def measure(url: str, n: int, keyed: bool = False, warmup: int = 200) -> dict[str, list[float]]:
+    """The operations interleaved, one of each per round, so a load spike on
+    this shared machine hits them all alike."""
     update, update_engine = update_op(url)
     engine = make_engine(url)
     store = store_for(engine)
     cc = claim_complete_op(store, n + warmup)
     prepare, ca = claim_advance_op(store)
-    times: dict[str, list[float]] = {"UPDATE": [], "claim+complete": [], "claim+advance": []}
     ops = [("UPDATE", update), ("claim+complete", cc), ("claim+advance", ca)]
+    if keyed:
+        ops += start_ops(store)
+    times: dict[str, list[float]] = {name: [] for name, _ in ops}
     for i in range(n + warmup):
         prepare()
         for name, op in ops:
@@ -185,7 +209,7 @@ def row(name: str, op: str, times: list[float], update_mean: float) -> str:
     mean = statistics.fmean(times)
     median = statistics.median(times)
     return (
-        f"| {name:<8} | {op:<14} | {1 / mean:>8,.0f} | {mean * 1e3:>7.3f} | "
+        f"| {name:<8} | {op:<15} | {1 / mean:>8,.0f} | {mean * 1e3:>7.3f} | "
         f"{median * 1e3:>9.3f} | {mean / update_mean:>7.2f} |"
     )
 
@@ -194,17 +218,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--n", type=int, default=2000, help="rounds (one of each operation)")
     parser.add_argument("--backends", default="postgres,mariadb")
+    parser.add_argument("--keyed", action="store_true", help="also starts, with and without a key")
     args = parser.parse_args()
     lines = [
         f"n = {args.n} rounds, operations interleaved; one thread; loopback",
         "",
-        "| server   | operation      |    ops/s | mean ms | median ms | UPDATEs |",
-        "|----------|----------------|----------|---------|-----------|---------|",
+        "| server   | operation       |    ops/s | mean ms | median ms | UPDATEs |",
+        "|----------|-----------------|----------|---------|-----------|---------|",
     ]
     for name in args.backends.split(","):
         with scratch(SERVERS[name]) as url:
             upgrade(url)
-            times = measure(url, args.n)
+            times = measure(url, args.n, args.keyed)
         update_mean = statistics.fmean(times["UPDATE"])
         for op, xs in times.items():
             lines.append(row(name, op, xs, update_mean))

@@ -10,6 +10,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateColumn
+from sqlalchemy.sql.compiler import DDLCompiler, SQLCompiler
 
 metadata = sa.MetaData()
 
@@ -128,7 +131,6 @@ run_table = sa.Table(
     # the run this one was started in place of
     sa.Column("continued_as", ID, nullable=True),
     sa.Column("continued_from", ID, nullable=True),
-    sa.UniqueConstraint("workflow", "idempotency_key", name="uq_pikku_run_idempotency"),
     # Live runs (running, suspended) are a sliver of a table kept for a year:
     # their indexes are partial on PostgreSQL and SQLite, so the sweep and the
     # deploy check read only them (whole on MySQL/MariaDB, same queries).
@@ -169,7 +171,8 @@ run_table = sa.Table(
         sqlite_where=CHILD_RUN,
     ),
     # runs_with_key (the run page's search by idempotency key), newest first;
-    # partial in the same way: a run started without a key takes no entry
+    # partial in the same way: a run started without a key takes no entry.
+    # Which run a key names is pikku_workflow_run_key's to say, not this.
     sa.Index(
         "ix_pikku_run_key_created",
         "idempotency_key",
@@ -197,11 +200,28 @@ run_table = sa.Table(
     ),
 )
 
+# A start's idempotency key: the run it names, one row per (workflow, key).
+# Its own table so the key's uniqueness holds where the runs are sharded by
+# run (Citus distributes this one by its key instead): a keyed start inserts
+# this row first, on conflict doing nothing, and only the start whose row
+# went in inserts the run, in the same transaction.
+run_key_table = sa.Table(
+    "pikku_workflow_run_key",
+    metadata,
+    sa.Column("workflow", NAME, primary_key=True),
+    sa.Column("idempotency_key", NAME, primary_key=True),
+    sa.Column("run_id", ID, nullable=False),
+    sa.Column("created_at", MS, nullable=False),
+)
+
+# The primary keys of steps and attempts carry the run (a sharded database
+# enforces only those), after the step's id: a lookup by step id still seeks
+# the primary key.
 step_table = sa.Table(
     "pikku_workflow_step",
     metadata,
     sa.Column("id", ID, primary_key=True),
-    sa.Column("run_id", ID, sa.ForeignKey("pikku_workflow_run.id"), nullable=False),
+    sa.Column("run_id", ID, sa.ForeignKey("pikku_workflow_run.id"), primary_key=True),
     sa.Column("name", NAME, nullable=False),
     sa.Column("seq", sa.Integer(), nullable=False),
     sa.Column("kind", STATUS, nullable=False),
@@ -299,7 +319,7 @@ attempt_table = sa.Table(
     metadata,
     sa.Column("step_id", ID, primary_key=True),
     sa.Column("attempt", sa.Integer(), primary_key=True),
-    sa.Column("run_id", ID, nullable=False),
+    sa.Column("run_id", ID, primary_key=True),
     sa.Column("status", STATUS, nullable=False),
     sa.Column("worker", NAME, nullable=True),
     sa.Column("result", JSON_TEXT, nullable=True),
@@ -328,11 +348,14 @@ signal_table = sa.Table(
 
 # What operators did to a run (cancel, retry, signal): who, when on the
 # database's clock, from where, and with what. Append-only; read per run.
+# The id is the database's (a sequence; AUTO_INCREMENT; on SQLite, whose
+# rowid a two-column key does not alias, the insert's own max + 1) and the
+# trail's order; the key carries the run for a sharded database.
 audit_table = sa.Table(
     "pikku_workflow_audit",
     metadata,
-    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
-    sa.Column("run_id", ID, nullable=False),
+    sa.Column("id", sa.BigInteger(), primary_key=True, autoincrement=True),
+    sa.Column("run_id", ID, primary_key=True),
     sa.Column("action", _key_string(16), nullable=False),
     sa.Column("actor", NAME, nullable=False),
     sa.Column("origin", NAME, nullable=True),
@@ -340,6 +363,40 @@ audit_table = sa.Table(
     sa.Column("at", MS, nullable=False),
     sa.Index("ix_pikku_audit_run", "run_id", "id"),
 )
+
+
+class NextAuditId(sa.sql.expression.ColumnElement[int]):
+    """The id of an audit row being inserted: the column's own default (the
+    sequence, AUTO_INCREMENT) where it has one; on SQLite the table's highest
+    id + 1, read by the insert itself (SQLite runs one writer at a time)."""
+
+    inherit_cache = True
+    type = sa.BigInteger()
+
+
+@compiles(NextAuditId)
+def _next_audit_id(element: NextAuditId, compiler: SQLCompiler, **kw: Any) -> str:
+    return "DEFAULT"
+
+
+@compiles(NextAuditId, "sqlite")
+def _next_audit_id_sqlite(element: NextAuditId, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"(SELECT coalesce(max(id), 0) + 1 FROM {audit_table.name})"
+
+
+@compiles(CreateColumn, "sqlite")
+def _create_column_sqlite(create: CreateColumn, compiler: DDLCompiler, **kw: Any) -> str:
+    """SQLite numbers only a one-column integer key: a database-numbered
+    column of a two-column key is a plain one there (see NextAuditId)."""
+    column = create.element
+    if column.autoincrement is not True or len(column.table.primary_key.columns) == 1:
+        return str(compiler.visit_create_column(create, **kw))  # type: ignore[no-untyped-call]
+    column.autoincrement = "auto"
+    try:
+        return str(compiler.visit_create_column(create, **kw))  # type: ignore[no-untyped-call]
+    finally:
+        column.autoincrement = True
+
 
 # Concurrency keys (pikku_celery.store.slots_sql): one row per key, the row
 # every entry and exit of that key locks first (with an UPDATE that counts
@@ -367,6 +424,7 @@ concurrency_slot_table = sa.Table(
 
 STORE_TABLES = (
     run_table,
+    run_key_table,
     step_table,
     attempt_table,
     signal_table,

@@ -74,10 +74,37 @@ def head() -> str:
     return ",".join(heads)
 
 
+@contextmanager
+def _migrating(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A transaction to migrate in. On SQLite with foreign keys enforced, they
+    are off meanwhile: a table rebuilt in batch mode is dropped while others
+    still refer to it (the pragma is a no-op inside a transaction)."""
+    with engine.connect() as conn:
+        # on the driver's connection, outside any transaction SQLAlchemy begins
+        raw: Any = conn.connection.driver_connection
+        enforced = conn.dialect.name == "sqlite" and bool(
+            raw.execute("PRAGMA foreign_keys").fetchone()[0]
+        )
+        if enforced:
+            raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            if enforced:
+                raw.execute("PRAGMA foreign_keys=ON")
+
+
 def upgrade(url: str | sa.URL | sa.Engine, revision: str = "head") -> None:
     """Create or upgrade pikku's tables to ``revision``."""
-    with _engine(url) as engine, engine.begin() as conn:
+    with _engine(url) as engine, _migrating(engine) as conn:
         command.upgrade(alembic_config(conn), revision)
+
+
+def downgrade(url: str | sa.URL | sa.Engine, revision: str) -> None:
+    """Take pikku's tables back to ``revision`` (each migration's own downgrade)."""
+    with _engine(url) as engine, _migrating(engine) as conn:
+        command.downgrade(alembic_config(conn), revision)
 
 
 def ensure_current(engine: sa.Engine) -> None:
@@ -86,7 +113,7 @@ def ensure_current(engine: sa.Engine) -> None:
     Tables made before migrations were recorded (by ``metadata.create_all``)
     are stamped as they are, so a later ``db upgrade`` continues from there.
     """
-    with engine.begin() as conn:
+    with _migrating(engine) as conn:
         found = _migration_context(conn).get_current_heads()
         if found and ",".join(found) == head():
             return

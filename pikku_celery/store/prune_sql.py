@@ -4,7 +4,8 @@ A batch reads candidate roots by the keyset cursor (no lock), locks those
 still settled by the cutoff skipping any a worker holds, walks their children
 level by level locking each the same way, and drops every tree with a run it
 could not lock (not settled, settled too late, or held). What is left goes,
-children first: attempts, steps, signals, audit rows, run leases, runs. Every
+children first: attempts, steps, signals, audit rows, run leases, the runs'
+idempotency keys, runs. Every
 list of ids is sent in chunks, so no statement outgrows a driver's limit on
 parameters however large the batch.
 """
@@ -156,8 +157,22 @@ class SQLPruner:
         if not dry_run:
             for chunk in _chunks(runs):
                 conn.execute(st.prune_delete_steps, {"p_ids": chunk})
+            self._delete_keys(conn, runs)
             deleted = 0
             for chunk in _chunks(runs):
                 deleted += int(conn.execute(st.prune_delete_runs, {"p_ids": chunk}).rowcount)
             counts.runs = deleted
         return counts
+
+    def _delete_keys(self, conn: sa.Connection, runs: list[str]) -> None:
+        """The key rows that name these runs, by the key table's primary key."""
+        st = self.statements
+        for chunk in _chunks(runs):
+            keyed = conn.execute(st.prune_keys["read"], {"p_ids": chunk}).all()
+            if keyed:
+                params = {
+                    "p_ids": [r.id for r in keyed],
+                    "p_workflows": sorted({r.workflow for r in keyed}),
+                    "p_key_names": [r.idempotency_key for r in keyed],
+                }
+                conn.execute(st.prune_keys["delete"], params)

@@ -257,26 +257,50 @@ class SQLWorkflowStore(SQLReads, SQLSweep, SQLPasses):
         except sa.exc.IntegrityError:
             if new.idempotency_key is not None:
                 with self._one() as conn:
-                    row = conn.execute(self.statements.run_by_key, key).first()
-                if row is not None:  # a concurrent start with the same key won
-                    return run_from(row), False
+                    found = self._run_with_key(conn, key)
+                if found is not None:  # a concurrent start with the same key won
+                    return found, False
             raise StoreError(f"a workflow run with id {new.id!r} already exists") from None
 
     def _insert_run(
         self, new: NewRun, key: dict[str, Any], params: dict[str, Any]
     ) -> RunState | tuple[int, int]:
         """Insert the run; its (created_at, updated_at), or the run already
-        started with that idempotency key."""
-        st = self.statements
-        with self._one() as conn:
-            if new.idempotency_key is not None:
-                row = conn.execute(st.run_by_key, key).first()
-                if row is not None:
-                    return run_from(row)
-            now = int(conn.execute(st.now).scalar_one())
-            stamped = {"created_at": now, "updated_at": now, "deadline_at": deadline_of(new, now)}
-            conn.execute(st.run_insert, {**params, **stamped})
-            return now, now
+        started with that idempotency key. The key's row goes first, in the
+        same transaction: only the start that wrote it inserts the run."""
+        with self._engine.begin() as conn:
+            if new.idempotency_key is not None and not self._key_written(conn, new, key):
+                found = self._run_with_key(conn, key)
+                if found is None:
+                    raise StoreError(
+                        f"idempotency key {new.idempotency_key!r} of workflow "
+                        f"{new.workflow!r} names a run that is gone (pruned as it started)"
+                    )
+                return found
+            return self._insert_run_row(conn, new, params)
+
+    def _key_written(self, conn: sa.Connection, new: NewRun, key: dict[str, Any]) -> bool:
+        """Whether this start wrote the key's row (False: a dialect's insert
+        did nothing, the key is another start's)."""
+        done = conn.execute(self.statements.key_insert, {**key, "p_id": new.id})
+        return done.first() is not None if done.returns_rows else done.rowcount != 0
+
+    def _insert_run_row(
+        self, conn: sa.Connection, new: NewRun, params: dict[str, Any]
+    ) -> tuple[int, int]:
+        """The run's row, stamped on the database's clock: (created_at, updated_at)."""
+        now = int(conn.execute(self.statements.now).scalar_one())
+        stamped = {"created_at": now, "updated_at": now, "deadline_at": deadline_of(new, now)}
+        conn.execute(self.statements.run_insert, {**params, **stamped})
+        return now, now
+
+    def _run_with_key(self, conn: sa.Connection, key: dict[str, Any]) -> RunState | None:
+        """The run an idempotency key names, if any: the key's row, then the run by id."""
+        run_id = conn.execute(self.statements.key_run, key).scalar()
+        if run_id is None:
+            return None
+        row = conn.execute(self.statements.run_get, {"p_id": run_id}).first()
+        return None if row is None else run_from(row)
 
     @_prepared
     def get_run(self, run_id: str) -> RunState | None:

@@ -75,19 +75,19 @@ class PostgresWorkflowStore(OptimisticSQLStore):
     def _insert_run(
         self, new: NewRun, key: dict[str, Any], params: dict[str, Any]
     ) -> RunState | tuple[int, int]:
-        st = self.statements
+        if new.idempotency_key is None and new.timeout_ms is None:
+            [made] = self.runner.rows(self.statements.run_insert_returning, params)
+            return made.created_at, made.updated_at
+        return super()._insert_run(new, key, params)
+
+    def _insert_run_row(
+        self, conn: sa.Connection, new: NewRun, params: dict[str, Any]
+    ) -> tuple[int, int]:
         if new.timeout_ms is not None:
             # Its deadline is placed from the clock read before the insert.
-            return super()._insert_run(new, key, params)
-        if new.idempotency_key is None:
-            [made] = self.runner.rows(st.run_insert_returning, params)
-            return made.created_at, made.updated_at
-        with self._one() as conn:
-            row = conn.execute(st.run_by_key, key).first()
-            if row is not None:
-                return run_from(row)
-            created, updated = conn.execute(st.run_insert_returning, params).one()
-            return created, updated
+            return super()._insert_run_row(conn, new, params)
+        created, updated = conn.execute(self.statements.run_insert_returning, params).one()
+        return created, updated
 
     def _start_write(self, params: dict[str, Any], values: int = 0) -> None:
         self.runner.rows(self.statements.run_start_with(values), params)

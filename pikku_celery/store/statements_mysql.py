@@ -41,6 +41,9 @@ class MySQLStatements(Statements):
         now = now_ms_expr("mysql")
         super().__init__(now)
         at = _p("now", sa.BigInteger())
+        # A key already written: no row (it waits for that start's commit),
+        # not an error (the loser reads the run in its own transaction).
+        self.key_insert = self.key_insert.prefix_with("IGNORE")
         self.fenced_both = {kind: self._fenced_both(kind, now) for kind in OUTCOMES}
         self.fenced_both_at = {kind: self._fenced_both(kind, at) for kind in OUTCOMES}
         # A renewal and its count on the attempt row, one two-table UPDATE:

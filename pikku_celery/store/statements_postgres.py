@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..model.values import BROKER, AttemptStatus
 from ..sql.engines import now_ms_expr
+from ..sql.schema import run_key_table as K
 from ..sql.settle import SETTLED_CHANNEL
 from .statements import Statements
 from .statements_terms import (
@@ -49,6 +51,19 @@ class PostgresStatements(Statements):
         super().__init__(now)
         at = _p("now", sa.BigInteger())
         stamped = ("created_at", "updated_at")  # the database clock
+        # A key already written: no row back (it waits for that start's
+        # commit), not an error that would end the transaction.
+        self.key_insert = (
+            postgresql.insert(K)
+            .values(
+                workflow=_p("workflow"),
+                idempotency_key=_p("key"),
+                run_id=_p("id"),
+                created_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=[K.c.workflow, K.c.idempotency_key])
+            .returning(K.c.run_id)
+        )
         self.run_insert_returning = (
             # both columns back: each reads the clock, and the two reads
             # may fall in different milliseconds. Every other column is an

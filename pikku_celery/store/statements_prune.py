@@ -6,7 +6,9 @@ roots are read by ``ix_pikku_run_settled_root`` (one range per settled
 status, oldest first, after a keyset cursor; the statement repeats the
 index's predicate so a bound status can use it), children by
 ``ix_pikku_run_parent``, steps by the ``(run_id, name)`` key, attempts by
-their ``(step_id, attempt)`` key, audit rows by ``ix_pikku_audit_run``.
+their ``(step_id, attempt)`` key, audit rows by ``ix_pikku_audit_run``,
+idempotency keys by their ``(workflow, idempotency_key)`` key (read from the
+runs first: the key table has no index by run).
 Rows about to be deleted are locked ``FOR UPDATE SKIP LOCKED`` (rendered
 where the dialect has it; SQLite serialises writers with ``BEGIN IMMEDIATE``).
 """
@@ -26,12 +28,14 @@ from ..sql.schema import (
     attempt_table,
     audit_table,
     lease_table,
+    run_key_table,
     run_table,
     signal_table,
     step_table,
 )
 
 R, S, A, G, AU, L = run_table, step_table, attempt_table, signal_table, audit_table, lease_table
+K = run_key_table
 SETTLED = (RunStatus.COMPLETED.value, RunStatus.FAILED.value, RunStatus.CANCELLED.value)
 FILTERS = ("status", "workflow")
 
@@ -85,6 +89,18 @@ class PruneStatements:
         self.prune_delete_signals = sa.delete(G).where(G.c.run_id.in_(runs))
         self.prune_delete_audit = sa.delete(AU).where(AU.c.run_id.in_(runs))
         self.prune_delete_leases = sa.delete(L).where(L.c.key.in_(keys))
+        # The runs' idempotency keys (a pruned key starts a new run): each
+        # run's (workflow, key), then the key rows that still name these runs.
+        self.prune_keys: dict[str, sa.Executable] = {
+            "read": sa.select(R.c.id, R.c.workflow, R.c.idempotency_key).where(
+                R.c.id.in_(runs), R.c.idempotency_key.is_not(None)
+            ),
+            "delete": sa.delete(K).where(
+                K.c.workflow.in_(_ids("workflows")),
+                K.c.idempotency_key.in_(_ids("key_names")),
+                K.c.run_id.in_(runs),
+            ),
+        }
         # settled, again: the lock already holds it, this keeps it so if reused
         self.prune_delete_runs = sa.delete(R).where(R.c.id.in_(runs), _settled(R))
 
@@ -93,6 +109,7 @@ class PruneStatements:
         found: dict[str, sa.ClauseElement] = {
             name: value for name, value in vars(self).items() if isinstance(value, sa.ClauseElement)
         }
+        found.update((f"prune_keys[{k}]", v) for k, v in self.prune_keys.items())  # type: ignore[misc]
         found.update(self._families())
         return found
 

@@ -12,6 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..model.values import AttemptStatus, RunStatus, StepKind, StepStatus
+from ..sql.schema import NextAuditId
+from ..sql.schema import run_key_table as K
 from .statements_terms import (
     AU,
     A,
@@ -61,6 +63,7 @@ class RunStatements:
     def _runs(self, now: ColumnElement[int], at: ColumnElement[int]) -> None:
         """Runs: read, lock, create, cancel, reopen; signals, the audit trail."""
         self._run_rows(at)
+        self._run_keys(now)
         self._run_reopening(at)
         self._signals_and_audit(at)
 
@@ -94,9 +97,6 @@ class RunStatements:
             .where(A.c.run_id == _p("id"), A.c.status == AttemptStatus.RUNNING.value)
             .values(status=AttemptStatus.CANCELLED.value, error=_p("error"), finished_at=at)
         )
-        self.run_by_key = sa.select(R).where(
-            R.c.workflow == _p("workflow"), R.c.idempotency_key == _p("key")
-        )
         self.run_insert = sa.insert(R)
         not_terminal = _not_terminal(R)
         self.run_cancel = (
@@ -109,6 +109,19 @@ class RunStatements:
         )
         self.run_touch = (
             sa.update(R).where(R.c.id == _p("id")).values(version=R.c.version + 1, updated_at=at)
+        )
+
+    def _run_keys(self, now: ColumnElement[int]) -> None:
+        """A start's idempotency key: its row written first (the start whose
+        row goes in creates the run), and the run it names, by the key's
+        primary key. The portable insert refuses a key already written (the
+        store reads the winner's run after the rollback); PostgreSQL's and
+        MySQL's do nothing instead, and the loser reads it in its transaction."""
+        self.key_insert: sa.Insert = sa.insert(K).values(
+            workflow=_p("workflow"), idempotency_key=_p("key"), run_id=_p("id"), created_at=now
+        )
+        self.key_run = sa.select(K.c.run_id).where(
+            K.c.workflow == _p("workflow"), K.c.idempotency_key == _p("key")
         )
 
     def _run_reopening(self, at: ColumnElement[int]) -> None:
@@ -144,7 +157,7 @@ class RunStatements:
         # For people (the run page, the command line), not the hot path.
         self.signals_in_order = self.signals_of_run.order_by(G.c.created_at, G.c.name)
         # A person's search, bounded by the limit: ix_pikku_run_key_created
-        # (the unique index leads with the workflow).
+        # (the key table's primary key leads with the workflow).
         self.runs_with_key = (
             sa.select(R)
             .where(R.c.idempotency_key == _p("key"))
@@ -153,6 +166,7 @@ class RunStatements:
         )
         # The audit trail: appended at the transaction's clock, read per run.
         self.audit_insert = sa.insert(AU).values(
+            id=NextAuditId(),
             run_id=_p("id"),
             action=_p("action"),
             actor=_p("actor"),

@@ -18,6 +18,7 @@ from pikku_celery.sql.schema import (
     audit_table,
     concurrency_key_table,
     concurrency_slot_table,
+    run_key_table,
     run_table,
     signal_table,
     step_table,
@@ -84,6 +85,7 @@ def wipe(engine: sa.Engine) -> None:
             attempt_table,
             signal_table,
             step_table,
+            run_key_table,
             run_table,
         ):
             conn.execute(table.delete())

@@ -33,6 +33,7 @@ from pikku_celery.sql.schema import (
     concurrency_slot_table,
     lease_table,
     metadata,
+    run_key_table,
     run_table,
     schedule_table,
     signal_table,
@@ -74,8 +75,6 @@ MULTI_SHARD_BY_DESIGN = {
     # metrics: counts of everything
     "steps_by_status",
     "attempts_by_status",
-    # a start's idempotency key: (workflow, key), not the run, names it
-    "run_by_key",
     # the sweep's deadlines: overdue runs across all runs
     "overdue",
     # retention: settled run trees across all runs, then their rows by a
@@ -94,6 +93,7 @@ MULTI_SHARD_BY_DESIGN = {
     "prune_delete_signals",
     "prune_delete_audit",
     "prune_delete_runs",
+    "prune_keys",  # the batch's runs' idempotency keys: read, deleted
 }
 """Statements that read across runs on purpose (any shape of a family)."""
 
@@ -197,7 +197,7 @@ def _pins(clause: object, table: sa.Table) -> bool:
         if (
             isinstance(mine, sa.Column)
             and _base(mine.table) is table
-            and mine.name == RUN_COLUMN[table]
+            and mine.name == DISTRIBUTED[table]
         ):
             return isinstance(other, BindParameter) or _is_run_column(other)
     return False
@@ -227,7 +227,7 @@ def unpinned_tables(stmt: sa.ClauseElement) -> set[str]:
             tables += _leaves(item, conditions) if isinstance(item, sa.Join) else [item]
         for item in tables:
             table = _base(item)
-            if table in RUN_COLUMN and not any(_pins(c, table) for c in conditions):  # type: ignore[arg-type]
+            if table in DISTRIBUTED and not any(_pins(c, table) for c in conditions):  # type: ignore[arg-type]
                 found.add(table.name)  # type: ignore[union-attr]
     return found
 
@@ -286,14 +286,18 @@ def test_the_analysis_tells_a_pinned_statement_from_a_fanning_one() -> None:
     assert unpinned_tables(joined) == set()  # co-located join on the run
 
 
-UNIQUE_WITHOUT_RUN = {
-    ("pikku_workflow_run", "uq_pikku_run_idempotency"),
-    ("pikku_workflow_step", "pikku_workflow_step_pkey"),
-    ("pikku_workflow_step_attempt", "pikku_workflow_step_attempt_pkey"),
-    ("pikku_workflow_audit", "pikku_workflow_audit_pkey"),
-}
+UNIQUE_WITHOUT_RUN: set[tuple[str, str]] = set()
 """Unique constraints a distributed table cannot enforce (they lack its run
-column): the schema's gaps for Citus, each named in the README."""
+column): none; each key of a run's rows holds the run."""
+
+
+KEY_DISTRIBUTED = {run_key_table: "idempotency_key"}
+"""Tables distributed by their own key, not by run: a start's idempotency
+key names its run from one shard. Their statements pin that key (a start's
+lookup and insert) or are listed above as multi-shard (retention)."""
+
+DISTRIBUTED = {**RUN_COLUMN, **KEY_DISTRIBUTED}
+"""Every distributed table and its distribution column."""
 
 
 LOCAL_TABLES = {
@@ -310,12 +314,19 @@ LOCAL_TABLES = {
 def test_unique_constraints_without_the_run_column_are_the_known_gaps() -> None:
     found = set()
     for table in metadata.sorted_tables:
-        if table not in RUN_COLUMN:
+        if table not in DISTRIBUTED:
             assert table in LOCAL_TABLES or table.name.startswith("pikku_alembic"), table
             continue
         for constraint in table.constraints:
             if isinstance(constraint, sa.PrimaryKeyConstraint | sa.UniqueConstraint):
                 columns = {c.name for c in constraint.columns}
-                if RUN_COLUMN[table] not in columns:
+                if DISTRIBUTED[table] not in columns:
                     found.add((table.name, constraint.name or f"{table.name}_pkey"))
     assert found == UNIQUE_WITHOUT_RUN
+
+
+def test_a_keyed_start_reads_and_writes_its_key_on_one_shard() -> None:
+    for registry in REGISTRIES.values():
+        named = registry.named()
+        assert unpinned_tables(named["key_run"]) == set()
+        assert {"key_insert", "prune_keys[read]", "prune_keys[delete]"} <= set(named)
