@@ -41,9 +41,12 @@ def sqlite_pikku(tmp_path: Path) -> Iterator[Pikku]:
     pikku.sql_engine.dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A persistent headless Chromium context with a fresh profile, for the session."""
+    """A persistent headless Chromium context with a fresh profile, per module:
+    Playwright's sync API keeps an event loop running in the main thread
+    while it is up, and Django refuses its ORM to code under a running loop
+    (SynchronousOnlyOperation), so no later module's test may run beside it."""
     executable = shutil.which("chromium")
     if executable is None:
         unavailable("chromium", FileNotFoundError("no chromium on PATH (see .ci/run)"))
