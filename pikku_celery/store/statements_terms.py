@@ -123,6 +123,13 @@ def claim_delivery() -> tuple[sa.BindParameter[Any], sa.BindParameter[Any]]:
     return _p("task_id", sa.String(255)), _p("node", sa.String(255))
 
 
+def run_pinned(t: sa.Table) -> ColumnElement[bool]:
+    """The row is of the run the caller names (``p_run``): what routes a
+    statement to one shard where the tables are distributed by run, and
+    what keeps a stale or forged message off another run's step."""
+    return t.c.run_id == _p("run", ID_TYPE)
+
+
 def _claim_matches() -> ColumnElement[bool]:
     """The write's claim is the step's current claim (a NULL claim: any)."""
     claim = _p("claim", CLAIM_TYPE)
@@ -131,6 +138,7 @@ def _claim_matches() -> ColumnElement[bool]:
 
 FENCE = (
     S.c.id == _p("id"),
+    run_pinned(S),
     S.c.attempt == _p("attempt"),
     S.c.status == StepStatus.RUNNING.value,
     _claim_matches(),
@@ -169,7 +177,7 @@ def fenced_pair(kind: str, now: ColumnElement[int]) -> tuple[sa.Update, sa.Updat
     step = sa.update(S).where(*FENCE).values(**step_values)
     attempt = (
         sa.update(A)
-        .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+        .where(A.c.step_id == _p("id"), run_pinned(A), A.c.attempt == _p("attempt"))
         .values(**attempt_values, finished_at=now)
     )
     return step, attempt
