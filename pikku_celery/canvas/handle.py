@@ -27,7 +27,7 @@ _NODE_FAILED = re.compile(
 def _node_step(store: WorkflowStore, run_id: str, name: str) -> StepState | None:
     """The step of the node at path ``name``: in the run, or in one of its
     slices' child runs (a large group's members run there)."""
-    step = store.get_step(step_id_for(run_id, name))
+    step = store.get_step(step_id_for(run_id, name), run_id=run_id)
     if step is not None:
         return step
     for part in store.get_steps(run_id):

@@ -338,7 +338,7 @@ class Pikku(WorkflowEngine):
             try:
                 run_id, step_id, task_name, queue = step_message(args, kwargs)
                 if task_name not in app.tasks:
-                    pikku.refuse_unknown_task(step_id, task_name)
+                    pikku.refuse_unknown_task(step_id, task_name, run_id)
                     return
                 body = CeleryStepBody(app, self.request)
                 trace = message_trace(self.request)
@@ -361,10 +361,10 @@ class Pikku(WorkflowEngine):
 
         return run_step
 
-    def refuse_unknown_task(self, step_id: str, task_name: str) -> None:
+    def refuse_unknown_task(self, step_id: str, task_name: str, run_id: str | None = None) -> None:
         """A step message for a task this worker lacks is not claimed: during a
         rolling deploy a worker that has the task (or the sweep) takes it."""
-        step = self.store.get_step(check_id(step_id, "step id"))
+        step = self.store.get_step(check_id(step_id, "step id"), run_id=run_id)
         if step is not None and step.task_name != task_name:
             log.error(
                 "refused a step message: %s",

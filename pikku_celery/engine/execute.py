@@ -162,7 +162,7 @@ def _attempt(
     ``seen`` is what the observers are told of it: its dispatch, when it was
     claimed (``time.time_ns()``) and the trace context its message carried;
     ``view`` the run as its claim saw it, for its pass."""
-    holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id)
+    holding = engine.keeper.hold(step.id, step.attempt, lease_ms, step.claim_id, run_id=step.run_id)
     began = time.monotonic()
     limits = time_limits(step, body)
     if limits is not None and limits.hard is not None:
@@ -238,7 +238,7 @@ def _resend_if_claim_lost(engine: WorkflowEngine, step: StepState) -> None:
     was this one, about to be acked, so the step is sent again now rather
     than when the sweep finds it (after ``message_grace``)."""
     try:
-        now = engine.store.get_step(step.id)
+        now = engine.store.get_step(step.id, run_id=step.run_id)
     except Exception as exc:
         if engine.is_transient(exc):
             return  # the sweep sends it once the store is back
@@ -323,6 +323,7 @@ def _run_in_transaction(
                 step.attempt,
                 lambda conn: run_with_connection(conn, lambda: body(step)),
                 step.claim_id,
+                run_id=step.run_id,
             ),
             engine.is_transient,
             lambda exc: log.warning(
@@ -383,24 +384,17 @@ def _unclaimed(engine: WorkflowEngine, run_id: str, step_id: str) -> None:
     step whose worker is gone for good. A message that came early for a retry
     is dropped: the retry's own message (or the sweep, once due) sends it."""
     store = engine.store
-    step = store.get_step(step_id)
+    step = store.get_step(step_id, run_id=run_id)
     if step is None:
-        log.warning("step message for unknown step %s (run %s): dropped", step_id, run_id)
-        return
-    if step.run_id != run_id:
-        log.error(
-            "refused a step message: step %s belongs to run %s, not to run %s",
-            step_id,
-            step.run_id,
-            run_id,
-        )
+        # an unknown step, or one of another run (a stale or forged message)
+        log.warning("step message for step %s, not one of run %s: dropped", step_id, run_id)
         return
     now, bound_ms = store.now_ms(), engine.lease_bound_ms()
     if (
         step.status == StepStatus.RUNNING
         and step.attempt >= step.max_attempts
         and lease_lapsed(step.lease_expires_at, now, bound_ms)
-        and store.expire_step(step.id, bound_ms)
+        and store.expire_step(step.id, bound_ms, run_id=step.run_id)
     ):
         engine.dispatcher.wake_run(step.run_id, reason="lease-expired")
 

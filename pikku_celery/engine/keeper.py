@@ -34,6 +34,7 @@ class StepHolding:
     deadline: float = 0.0  # monotonic: when the last granted lease ends
     dropped: bool = False
     renew_until: float = float("inf")  # monotonic: its time limit; a hung body is not kept alive
+    run_id: str | None = None  # its run: each renewal addresses the run's rows only
 
 
 class StepLeaseKeeper:
@@ -49,13 +50,24 @@ class StepLeaseKeeper:
         self._pid = 0
 
     def hold(
-        self, step_id: str, attempt: int, lease_ms: int, claim_id: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        lease_ms: int,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> StepHolding:
         """Start renewing the lease of a step's attempt (under its claim
-        ``claim_id``); the first renewal is due at lease/2."""
+        ``claim_id``, in run ``run_id``); the first renewal is due at lease/2."""
         now = time.monotonic()
         holding = StepHolding(
-            step_id, attempt, lease_ms, claim_id=claim_id, deadline=now + lease_ms / 1000
+            step_id,
+            attempt,
+            lease_ms,
+            claim_id=claim_id,
+            deadline=now + lease_ms / 1000,
+            run_id=run_id,
         )
         entry = (now + lease_ms / 2000, next(self._seq), holding)
         with self._cond:
@@ -126,7 +138,11 @@ class StepLeaseKeeper:
             return None
         try:
             ok = self._store.refresh_step_lease(
-                holding.step_id, holding.attempt, holding.lease_ms, holding.claim_id
+                holding.step_id,
+                holding.attempt,
+                holding.lease_ms,
+                holding.claim_id,
+                run_id=holding.run_id,
             )
         except Exception as exc:
             if time.monotonic() >= holding.deadline:

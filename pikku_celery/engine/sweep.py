@@ -118,7 +118,7 @@ def _sweep(engine: WorkflowEngine, limit: int, max_pages: int, report: SweepRepo
             if step.attempt < step.max_attempts:
                 dispatcher.send_step(step)  # the claim takes it over as attempt + 1
                 report.requeued_lapsed += 1
-            elif store.expire_step(step.id, bound_ms):
+            elif store.expire_step(step.id, bound_ms, run_id=step.run_id):
                 report.expired += 1
                 wake(step.run_id, "lease-expired")
     grace_ms = round(engine.message_grace * 1000)

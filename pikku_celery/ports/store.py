@@ -183,8 +183,15 @@ class WorkflowStore(Protocol):
         time, each page at the cost of the first."""
         ...
 
-    def get_step(self, step_id: str) -> StepState | None:
-        """The step, or None if there is no step with that id."""
+    def get_step(self, step_id: str, *, run_id: str | None = None) -> StepState | None:
+        """The step, or None if there is no step with that id (of run
+        ``run_id``: a step of another run reads as none).
+
+        Every method that addresses a step by its id takes ``run_id``: the
+        engine always names it (its messages carry it), which keeps each
+        statement to the run's rows (one shard where the tables are
+        distributed by run). A caller that does not name it costs the store
+        one read of the step's run first."""
         ...
 
     def event_steps(self, run_id: str, key: str | None = None) -> list[StepState]:
@@ -254,19 +261,32 @@ class WorkflowStore(Protocol):
         ...
 
     def refresh_step_lease(
-        self, step_id: str, attempt: int, lease_ms: int | None, claim_id: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        lease_ms: int | None,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> bool:
         """Extend the lease of the current attempt; None parks the step.
         False once the step is no longer that attempt's, or no longer that
-        claim's (``claim_id`` of the claimed step; None: any claim)."""
+        claim's (``claim_id`` of the claimed step; None: any claim), or is
+        not of run ``run_id``."""
         ...
 
     def complete_step(
-        self, step_id: str, attempt: int, result: JSON, claim_id: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        result: JSON,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> None:
         """Fenced success: raises :class:`WorkflowStepSupersededError` and
         changes nothing unless ``attempt`` (and its claim ``claim_id``) is
-        current and running."""
+        current and running, and the step is of run ``run_id`` (when named)."""
         ...
 
     def fail_step(
@@ -276,11 +296,15 @@ class WorkflowStore(Protocol):
         error: ErrorInfo,
         retry_delay: float | None = None,
         claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> None:
         """Fenced failure; ``retry_delay`` keeps attempts open (if any are left)."""
         ...
 
-    def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
+    def expire_step(
+        self, step_id: str, bound_ms: int | None = None, *, run_id: str | None = None
+    ) -> bool:
         """Fail a running step whose lease lapsed (or ends beyond ``now +
         bound_ms``) with no attempts left (``WorkflowStepLeaseExpiredError``).
         True if it did."""
@@ -392,6 +416,8 @@ class TransactionalSteps(Protocol):
         attempt: int,
         body: Callable[[Any], JSON],
         claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> JSON:
         """Run ``body(connection)`` and the fenced success write in one transaction."""
         ...

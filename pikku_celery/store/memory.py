@@ -54,12 +54,12 @@ from ..model.values import (
 )
 from ..payload import loads, normalise
 from . import events
+from .memory_leases import MemoryStepLeases
 from .memory_pages import MemoryPages
 from .memory_sweep import MemorySweep
 from .plain_claim import PlainClaim
 from .rules import (
     check_resent,
-    lease_expired_error,
     lease_lapsed,
 )
 from .slots_memory import MemoryConcurrencySlots
@@ -69,7 +69,7 @@ def _process_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
+class InMemoryWorkflowStore(PlainClaim, MemoryStepLeases, MemorySweep, MemoryPages):
     """A :class:`WorkflowStore` for one process; thread-safe."""
 
     def __init__(self, clock: Callable[[], int] = _process_clock_ms) -> None:
@@ -312,11 +312,6 @@ class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
         with self._lock:
             return [self._steps[s] for s in self._run_steps.get(run_id, [])]
 
-    def get_step(self, step_id: str) -> StepState | None:
-        """The step, or None if there is no step with that id."""
-        with self._lock:
-            return self._steps.get(step_id)
-
     def event_steps(self, run_id: str, key: str | None = None) -> list[StepState]:
         """The run's progress events (of ``key``, or of every key), in order."""
         return events.of_key(self.get_steps(run_id), key)
@@ -327,13 +322,6 @@ class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
             for sid in self._run_steps.get(run_id, []):
                 out.extend(self._attempts.get(sid, []))
             return sorted(out, key=lambda a: (a.started_at, a.step_id, a.attempt))
-
-    def _set_attempt(self, step_id: str, attempt: int, **changes: Any) -> None:
-        rows = self._attempts.setdefault(step_id, [])
-        for i, row in enumerate(rows):
-            if row.attempt == attempt:
-                rows[i] = replace(row, **changes)
-                return
 
     def claim_step(
         self,
@@ -347,8 +335,8 @@ class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
         delivery: Delivery | None = None,
     ) -> StepState | None:
         with self._lock:
-            step = self._steps.get(step_id)
-            if step is None or (run_id is not None and step.run_id != run_id):
+            step = self._step_of(step_id, run_id)
+            if step is None:
                 return None
             if step.task_name != task_name:
                 raise WorkflowStepFunctionMismatchError(step_id, step.task_name, task_name)
@@ -386,42 +374,26 @@ class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
             )
             return claimed
 
-    def refresh_step_lease(
-        self, step_id: str, attempt: int, lease_ms: int | None, claim_id: str | None = None
-    ) -> bool:
-        with self._lock:
-            step = self._steps.get(step_id)
-            now = self._clock()
-            if (
-                step is None
-                or not fence_holds(step, attempt, claim_id)
-                or (step.lease_expires_at is not None and step.lease_expires_at <= now)
-            ):
-                return False
-            expires = None if lease_ms is None else now + lease_ms
-            self._steps[step_id] = replace(step, lease_expires_at=expires, updated_at=now)
-            if lease_ms is not None:
-                self._count_renewal(step_id, attempt, now)
-            return True
-
-    def _count_renewal(self, step_id: str, attempt: int, now: int) -> None:
-        attempts = self._attempts.get(step_id, [])
-        for i, found in enumerate(attempts):
-            if found.attempt == attempt:
-                attempts[i] = replace(found, renewals=found.renewals + 1, renewed_at=now)
-
-    def _fenced(self, step_id: str, attempt: int, claim_id: str | None) -> StepState:
-        step = self._steps.get(step_id)
+    def _fenced(
+        self, step_id: str, attempt: int, claim_id: str | None, run_id: str | None
+    ) -> StepState:
+        step = self._step_of(step_id, run_id)
         if step is None or not fence_holds(step, attempt, claim_id):
             raise superseded(step_id, step, attempt, claim_id)
         return step
 
     def complete_step(
-        self, step_id: str, attempt: int, result: JSON, claim_id: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        result: JSON,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> None:
         value = normalise(result, f"step {step_id}", "result")
         with self._lock:
-            self._complete(self._fenced(step_id, attempt, claim_id), value)
+            self._complete(self._fenced(step_id, attempt, claim_id, run_id), value)
 
     def _complete(self, step: StepState, value: JSON, now: int | None = None) -> None:
         now = self._clock() if now is None else now
@@ -438,10 +410,12 @@ class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
         error: ErrorInfo,
         retry_delay: float | None = None,
         claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> None:
         err = normalise(error, f"step {step_id}", "error")
         with self._lock:
-            self._fail(self._fenced(step_id, attempt, claim_id), err, retry_delay)
+            self._fail(self._fenced(step_id, attempt, claim_id, run_id), err, retry_delay)
 
     def _fail(
         self,
@@ -456,28 +430,6 @@ class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
         self._set_attempt(
             step.id, step.attempt, status=AttemptStatus.FAILED, error=err, finished_at=now
         )
-
-    def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
-        with self._lock:
-            step = self._steps.get(step_id)
-            now = self._clock()
-            if (
-                step is None
-                or step.status != StepStatus.RUNNING
-                or not lease_lapsed(step.lease_expires_at, now, bound_ms)
-                or step.attempt < step.max_attempts
-            ):
-                return False
-            err = lease_expired_error(step.name, step.attempt)
-            self._steps[step_id] = step_closed(step, err, now)
-            self._set_attempt(
-                step_id,
-                step.attempt,
-                status=AttemptStatus.LEASE_EXPIRED,
-                error=err,
-                finished_at=now,
-            )
-            return True
 
     def mark_scheduled(self, step_ids: Sequence[str]) -> None:
         with self._lock:
@@ -510,7 +462,7 @@ class InMemoryWorkflowStore(PlainClaim, MemorySweep, MemoryPages):
         now = plan.now
         if plan.outcome is not None:
             done = plan.outcome.outcome
-            step = self._fenced(done.step_id, done.attempt, done.claim_id)
+            step = self._fenced(done.step_id, done.attempt, done.claim_id, plan.run.id)
             if done.ok:
                 self._complete(step, done.result, now)
             else:

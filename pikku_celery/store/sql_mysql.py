@@ -161,7 +161,7 @@ class MySQLWorkflowStore(OptimisticSQLStore):
         row = SimpleNamespace(**dict(zip(PACKED_CLAIM, json.loads(rows[0][0]), strict=True)))
         row.retry_delay, row.backoff = float(row.retry_delay), float(row.backoff)
         if not row.claimed_here:
-            if params["p_run"] in (None, row.run_id) and row.task_name != params["p_task"]:
+            if row.task_name != params["p_task"]:
                 raise WorkflowStepFunctionMismatchError(
                     params["p_id"], row.task_name, params["p_task"]
                 )

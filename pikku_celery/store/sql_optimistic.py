@@ -188,7 +188,7 @@ class OptimisticSQLStore(SQLWorkflowStore):
         if not fenced:
             assert written is not None  # a pass without one is fenced by its pin
             done = written.outcome
-            raise self._superseded(done.step_id, done.attempt, done.claim_id)
+            raise self._superseded(done.step_id, done.attempt, done.claim_id, run_id)
         return plan.landed([], False)
 
 

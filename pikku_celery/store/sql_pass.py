@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -14,7 +15,7 @@ from ..errors import (
     StoreError,
 )
 from ..model.changes import superseded
-from ..model.plan import Moved, ParentSettle, PassView, PassWrite
+from ..model.plan import Moved, ParentSettle, PassView, PassWrite, Resolved
 from ..model.values import (
     JSON,
     AdvanceResult,
@@ -111,14 +112,15 @@ class SQLPasses(SQLSteps):
         st, now = self.statements, plan.now
         if plan.outcome is not None:
             done = plan.outcome
-            if not self._fenced_write(conn, done.kind, outcome_params(done, now), True):
+            fenced = {**outcome_params(done, now), "p_run": plan.run.id}
+            if not self._fenced_write(conn, done.kind, fenced, True):
                 o = done.outcome
                 raise superseded(o.step_id, None, o.attempt, o.claim_id)
         if plan.decision is None:
             return plan.landed([], False)
         if plan.resolved:
-            conn.execute(st.resolve, [resolve_params(r, now) for r in plan.resolved])
-            ended = [resolve_attempt_params(r, now) for r in plan.resolved if r.attempt]
+            conn.execute(st.resolve, [_of_run(resolve_params(r, now), r) for r in plan.resolved])
+            ended = [_of_run(resolve_attempt_params(r, now), r) for r in plan.resolved if r.attempt]
             if ended:
                 conn.execute(st.resolve_attempt, ended)
         self._insert_steps(conn, plan)
@@ -189,3 +191,8 @@ class SQLPasses(SQLSteps):
         conn.execute(st.settle_parent_attempt, {**params, "p_status": attempt_status})
         conn.execute(st.touch_parent, {"p_id": settle.run_id, "p_now": now})
         return True
+
+
+def _of_run(params: dict[str, Any], resolved: Resolved) -> dict[str, Any]:
+    """A resolved step's binds with its run (``p_run``), which pins its rows."""
+    return {**params, "p_run": resolved.step.run_id}

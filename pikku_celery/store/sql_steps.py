@@ -67,11 +67,24 @@ class SQLSteps(SQLBase):
             # LIKE may fold case (MySQL's collations): the exact names decide.
             return events.of_key([step_from(r) for r in rows], key)
 
-    @_prepared
-    def get_step(self, step_id: str) -> StepState | None:
-        """The step, or None if there is no step with that id."""
+    def _run_of(self, step_id: str, run_id: str | None) -> str | None:
+        """The run of the step: the caller's, else read by the step's id (a
+        caller that did not name it pays this read, which fans out over every
+        shard of a database distributed by run); None: no such step."""
+        if run_id is not None:
+            return run_id
         with self._one() as conn:
-            row = conn.execute(self.statements.step_get, {"p_id": step_id}).first()
+            found = conn.execute(self.statements.step_run_of, {"p_id": step_id}).scalar()
+        return None if found is None else str(found)
+
+    @_prepared
+    def get_step(self, step_id: str, *, run_id: str | None = None) -> StepState | None:
+        """The step, or None if there is no step with that id (in that run)."""
+        run = self._run_of(step_id, run_id)
+        if run is None:
+            return None
+        with self._one() as conn:
+            row = conn.execute(self.statements.step_get, {"p_id": step_id, "p_run": run}).first()
         return None if row is None else step_from(row)
 
     @_prepared
@@ -128,9 +141,12 @@ class SQLSteps(SQLBase):
     ) -> Claim | None:
         """The guarded claim, and the run as it saw it where the dialect's
         claim reads it in the same round trip."""
+        run = self._run_of(step_id, run_id)
+        if run is None:
+            return None
         params = {
             "p_id": step_id,
-            "p_run": run_id,
+            "p_run": run,
             "p_task": task_name,
             "p_worker": worker,
             "p_lease_ms": lease_ms,
@@ -148,7 +164,8 @@ class SQLSteps(SQLBase):
         st = self.statements
         with self._one() as conn:
             claimed = conn.execute(st.claim, params).rowcount == 1
-            row = conn.execute(st.step_get, {"p_id": params["p_id"]}).first() if claimed else None
+            keys = {"p_id": params["p_id"], "p_run": params["p_run"]}
+            row = conn.execute(st.step_get, keys).first() if claimed else None
             if row is None:
                 self._refuse_other_task(conn, params)
                 return None
@@ -169,26 +186,34 @@ class SQLSteps(SQLBase):
                 },
             )
             if step.attempt > 1:
-                conn.execute(st.supersede, {"p_id": step.id, "p_attempt": step.attempt - 1})
+                previous = {"p_id": step.id, "p_run": step.run_id, "p_attempt": step.attempt - 1}
+                conn.execute(st.supersede, previous)
             return Claim(step)
 
     def _refuse_other_task(self, conn: sa.Connection, params: dict[str, Any]) -> None:
         """Nothing claimed: say so if the step was recorded with another task (rule 6)."""
-        step_id, run_id, task_name = params["p_id"], params["p_run"], params["p_task"]
-        recorded = conn.execute(self.statements.step_task_name, {"p_id": step_id}).first()
-        if (
-            recorded is not None
-            and run_id in (None, recorded.run_id)
-            and recorded.task_name != task_name
-        ):
+        step_id, task_name = params["p_id"], params["p_task"]
+        keys = {"p_id": step_id, "p_run": params["p_run"]}
+        recorded = conn.execute(self.statements.step_task_name, keys).first()
+        if recorded is not None and recorded.task_name != task_name:
             raise WorkflowStepFunctionMismatchError(step_id, recorded.task_name, task_name)
 
     @_prepared
     def refresh_step_lease(
-        self, step_id: str, attempt: int, lease_ms: int | None, claim_id: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        lease_ms: int | None,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> bool:
+        run = self._run_of(step_id, run_id)
+        if run is None:
+            return False
         params = {
             "p_id": step_id,
+            "p_run": run,
             "p_attempt": attempt,
             "p_lease_ms": lease_ms,
             "p_claim": claim_id,
@@ -230,18 +255,33 @@ class SQLSteps(SQLBase):
 
     @_prepared
     def complete_step(
-        self, step_id: str, attempt: int, result: JSON, claim_id: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        result: JSON,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> None:
         text = dumps(result, f"step {step_id}", "result")
-        params = {"p_id": step_id, "p_attempt": attempt, "p_result": text, "p_claim": claim_id}
+        run = self._run_of(step_id, run_id)
+        if run is None:
+            raise superseded(step_id, None, attempt, claim_id)
+        params = {
+            "p_id": step_id,
+            "p_run": run,
+            "p_attempt": attempt,
+            "p_result": text,
+            "p_claim": claim_id,
+        }
         if not self._fenced_outcome("complete", params):
-            raise self._superseded(step_id, attempt, claim_id)
+            raise self._superseded(step_id, attempt, claim_id, run)
 
     def _superseded(
-        self, step_id: str, attempt: int, claim_id: str | None
+        self, step_id: str, attempt: int, claim_id: str | None, run_id: str
     ) -> WorkflowStepSupersededError:
         """The refusal of a fenced write, saying whether only its claim differed."""
-        step = self.get_step(step_id) if claim_id is not None else None
+        step = self.get_step(step_id, run_id=run_id) if claim_id is not None else None
         return superseded(step_id, step, attempt, claim_id)
 
     @_prepared
@@ -251,6 +291,8 @@ class SQLSteps(SQLBase):
         attempt: int,
         body: Callable[[sa.Connection], JSON],
         claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> JSON:
         """Run ``body`` and the fenced success write in ONE transaction.
 
@@ -259,17 +301,21 @@ class SQLSteps(SQLBase):
         is not JSON, or a superseded attempt (:class:`WorkflowStepSupersededError`)
         rolls everything back.
         """
+        run = self._run_of(step_id, run_id)
         with self._engine.begin() as conn:
+            if run is None:
+                raise superseded(step_id, None, attempt, claim_id)
             result = body(conn)
             params = {
                 "p_id": step_id,
+                "p_run": run,
                 "p_attempt": attempt,
                 "p_result": dumps(result, f"step {step_id}", "result"),
                 "p_claim": claim_id,
             }
             if not self._fenced_write(conn, "complete", params):
                 # Raised inside: the body's writes roll back with the refusal.
-                raise self._superseded(step_id, attempt, claim_id)
+                raise self._superseded(step_id, attempt, claim_id, run)
         return result
 
     @_prepared
@@ -280,29 +326,41 @@ class SQLSteps(SQLBase):
         error: ErrorInfo,
         retry_delay: float | None = None,
         claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> None:
         text = dumps(error, f"step {step_id}", "error")
+        run = self._run_of(step_id, run_id)
+        if run is None:
+            raise superseded(step_id, None, attempt, claim_id)
         params = {
             "p_id": step_id,
+            "p_run": run,
             "p_attempt": attempt,
             "p_error": text,
             "p_delay_ms": None if retry_delay is None else round(retry_delay * 1000),
             "p_claim": claim_id,
         }
         if not self._fenced_outcome("fail" if retry_delay is None else "fail_retry", params):
-            raise self._superseded(step_id, attempt, claim_id)
+            raise self._superseded(step_id, attempt, claim_id, run)
 
     @_prepared
-    def expire_step(self, step_id: str, bound_ms: int | None = None) -> bool:
+    def expire_step(
+        self, step_id: str, bound_ms: int | None = None, *, run_id: str | None = None
+    ) -> bool:
         st = self.statements
+        run = self._run_of(step_id, run_id)
+        if run is None:
+            return False
         with self._engine.begin() as conn:
-            row = conn.execute(st.step_get, {"p_id": step_id}).first()
+            row = conn.execute(st.step_get, {"p_id": step_id, "p_run": run}).first()
             if row is None:
                 return False
             step = step_from(row)
             err = json.dumps(lease_expired_error(step.name, step.attempt))
             params = {
                 "p_id": step_id,
+                "p_run": run,
                 "p_attempt": step.attempt,
                 "p_error": err,
                 "p_bound_ms": bound_ms,

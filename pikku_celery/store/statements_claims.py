@@ -8,7 +8,6 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..model.values import AttemptStatus, StepKind, StepStatus
 from .statements_terms import (
     CLAIM_TYPE,
-    ID_TYPE,
     OUTCOMES,
     A,
     S,
@@ -17,6 +16,7 @@ from .statements_terms import (
     _p,
     _status_in,
     fenced_pair,
+    run_pinned,
 )
 
 
@@ -49,8 +49,8 @@ class ClaimStatements:
             sa.update(S)
             .where(
                 S.c.id == _p("id"),
-                # a message naming a step of another run is refused (NULL: any run)
-                sa.or_(_p("run", ID_TYPE).is_(None), S.c.run_id == _p("run", ID_TYPE)),
+                # a message naming a step of another run is refused
+                run_pinned(S),
                 S.c.task_name == _p("task"),
                 S.c.kind == StepKind.TASK.value,
                 claimable,
@@ -73,6 +73,7 @@ class ClaimStatements:
             sa.update(A)
             .where(
                 A.c.step_id == _p("id"),
+                run_pinned(A),
                 A.c.attempt == _p("attempt"),
                 A.c.status == AttemptStatus.RUNNING.value,
             )
@@ -83,6 +84,7 @@ class ClaimStatements:
         """Rule 3: renewal is fenced and never revives a lapsed lease."""
         renewable = (
             S.c.id == _p("id"),
+            run_pinned(S),
             S.c.attempt == _p("attempt"),
             S.c.status == StepStatus.RUNNING.value,
             _claim_matches(),
@@ -101,10 +103,12 @@ class ClaimStatements:
         # could fall in the next millisecond).
         self.renew_counted = (
             sa.update(A)
-            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .where(A.c.step_id == _p("id"), run_pinned(A), A.c.attempt == _p("attempt"))
             .values(
                 renewals=A.c.renewals + 1,
-                renewed_at=sa.select(S.c.updated_at).where(S.c.id == _p("id")).scalar_subquery(),
+                renewed_at=sa.select(S.c.updated_at)
+                .where(S.c.id == _p("id"), run_pinned(S))
+                .scalar_subquery(),
             )
         )
         self.park = (
@@ -128,6 +132,7 @@ class ClaimStatements:
             sa.update(S)
             .where(
                 S.c.id == _p("id"),
+                run_pinned(S),
                 S.c.attempt == _p("attempt"),
                 S.c.status == StepStatus.RUNNING.value,
                 _lapsed(S, now, _p("bound_ms", sa.BigInteger())),
@@ -143,7 +148,7 @@ class ClaimStatements:
         )
         self.expire_attempt = (
             sa.update(A)
-            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .where(A.c.step_id == _p("id"), run_pinned(A), A.c.attempt == _p("attempt"))
             .values(status=AttemptStatus.LEASE_EXPIRED.value, error=_p("error"), finished_at=now)
         )
         self.mark_scheduled = (

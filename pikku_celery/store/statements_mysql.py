@@ -27,6 +27,7 @@ from .statements_terms import (
     _p,
     claim_delivery,
     optimistic_run_values,
+    run_pinned,
 )
 
 # The optimistic pass's gates, session variables set inside its batch.
@@ -50,7 +51,9 @@ class MySQLStatements(Statements):
         # 2 rows matched if renewed.
         self.renew_both = (
             sa.update(S)
-            .where(*self.renewable, A.c.step_id == S.c.id, A.c.attempt == S.c.attempt)
+            .where(
+                *self.renewable, A.c.step_id == S.c.id, run_pinned(A), A.c.attempt == S.c.attempt
+            )
             .values(
                 {
                     S.c.lease_expires_at: now + _p("lease_ms", sa.BigInteger()),
@@ -68,7 +71,7 @@ class MySQLStatements(Statements):
         step_values, attempt_values = _outcome_values(kind, now)
         return (
             sa.update(S)
-            .where(*FENCE, A.c.step_id == S.c.id, A.c.attempt == S.c.attempt)
+            .where(*FENCE, A.c.step_id == S.c.id, run_pinned(A), A.c.attempt == S.c.attempt)
             .values(
                 {S.c[k]: v for k, v in step_values.items()}
                 | {A.c[k]: v for k, v in attempt_values.items()}
@@ -159,7 +162,7 @@ class MySQLStatements(Statements):
                 *[sa.case((back.c.d == 0, p), else_=sa.null()) for p in claim_delivery()],
             )
             .select_from(S.join(back, sa.true()))
-            .where(S.c.id == _p("id"), gate == 1, S.c.attempt - back.c.d >= 1)
+            .where(S.c.id == _p("id"), run_pinned(S), gate == 1, S.c.attempt - back.c.d >= 1)
         )
         attempt_rows = (
             mysql.insert(A)
@@ -189,7 +192,7 @@ class MySQLStatements(Statements):
         return [
             *batch,
             attempt_rows,
-            sa.select(packed.label("packed")).where(S.c.id == _p("id")),
+            sa.select(packed.label("packed")).where(S.c.id == _p("id"), run_pinned(S)),
             "COMMIT",
         ]
 

@@ -15,6 +15,7 @@ from .statements_terms import (
     _p,
     _run_pass_values,
     _settled,
+    run_pinned,
 )
 
 
@@ -44,7 +45,7 @@ class PassStatements:
         not_terminal = _not_terminal(R)
         self.resolve = (
             sa.update(S)
-            .where(S.c.id == _p("id"), sa.not_(_settled(S)))
+            .where(S.c.id == _p("id"), run_pinned(S), sa.not_(_settled(S)))
             .values(
                 status=_p("status"),
                 result=_p("result"),
@@ -56,7 +57,7 @@ class PassStatements:
         )
         self.resolve_attempt = (
             sa.update(A)
-            .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+            .where(A.c.step_id == _p("id"), run_pinned(A), A.c.attempt == _p("attempt"))
             .values(status=_p("status"), result=_p("result"), error=_p("error"), finished_at=at)
         )
         self.redispatch = (
@@ -97,10 +98,16 @@ class PassStatements:
                 updated_at=at,
             )
         )
-        current_attempt = sa.select(S.c.attempt).where(S.c.id == _p("id")).scalar_subquery()
+        current_attempt = (
+            sa.select(S.c.attempt)
+            .where(S.c.id == _p("id"), S.c.run_id == _p("parent"))
+            .scalar_subquery()
+        )
         self.settle_parent_attempt = (
             sa.update(A)
-            .where(A.c.step_id == _p("id"), A.c.attempt == current_attempt)
+            .where(
+                A.c.step_id == _p("id"), A.c.run_id == _p("parent"), A.c.attempt == current_attempt
+            )
             .values(status=_p("status"), result=_p("result"), error=_p("error"), finished_at=at)
         )
         self.touch_parent = (

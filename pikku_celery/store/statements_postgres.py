@@ -36,6 +36,7 @@ from .statements_terms import (
     claim_delivery,
     fenced_pair,
     optimistic_run_values,
+    run_pinned,
 )
 
 # The most steps a claim reads for its pass (bigger runs' passes read).
@@ -120,7 +121,7 @@ class PostgresStatements(Statements):
         renewed = self.renew.returning(S.c.id, S.c.attempt, S.c.updated_at).cte("renewed")
         counted = (
             sa.update(A)
-            .where(A.c.step_id == renewed.c.id, A.c.attempt == renewed.c.attempt)
+            .where(A.c.step_id == renewed.c.id, run_pinned(A), A.c.attempt == renewed.c.attempt)
             .values(renewals=A.c.renewals + 1, renewed_at=renewed.c.updated_at)
             .cte("counted")
         )
@@ -149,9 +150,9 @@ class PostgresStatements(Statements):
         superseded = (
             sa.update(A)
             .where(
-                # the step id as a parameter, not claimed.id: the planner
-                # then seeks the primary key instead of scanning attempts
+                # parameters, not claimed's columns: a primary key seek
                 A.c.step_id == _p("id"),
+                run_pinned(A),
                 A.c.attempt == claimed.c.attempt - 1,
                 A.c.status == AttemptStatus.RUNNING.value,
             )
@@ -249,7 +250,7 @@ class PostgresStatements(Statements):
         done = step.returning(S.c.id, S.c.attempt, S.c.updated_at).cte("done")
         recorded = (
             sa.update(A)
-            .where(A.c.step_id == done.c.id, A.c.attempt == done.c.attempt)
+            .where(A.c.step_id == done.c.id, run_pinned(A), A.c.attempt == done.c.attempt)
             .values(**attempt_values, finished_at=done.c.updated_at)
             .cte("recorded")
         )
@@ -313,7 +314,7 @@ def _pass_outcome(kind: str | None, pinned: Any, at: ColumnElement[int]) -> tupl
     )
     recorded = (
         sa.update(A)
-        .where(A.c.step_id == outcome.c.id, A.c.attempt == outcome.c.attempt)
+        .where(A.c.step_id == outcome.c.id, run_pinned(A), A.c.attempt == outcome.c.attempt)
         .values(**attempt_values, finished_at=at)
         .cte("outcome_attempt")
     )

@@ -25,6 +25,7 @@ from .statements_terms import (
     _p,
     _status_in,
     _union_oldest,
+    run_pinned,
 )
 
 RUN_FILTERS = ("status", "workflow", "since", "until")
@@ -180,8 +181,13 @@ class RunStatements:
 
     def _steps(self, now: ColumnElement[int], at: ColumnElement[int]) -> None:
         """Steps and attempts: read and insert; the pass's read."""
-        self.step_get = sa.select(S).where(S.c.id == _p("id"))
-        self.step_task_name = sa.select(S.c.run_id, S.c.task_name).where(S.c.id == _p("id"))
+        # A step is addressed by its id and its run (``p_run``): routed to the
+        # run's shard, and a step of another run is not there.
+        self.step_get = sa.select(S).where(S.c.id == _p("id"), run_pinned(S))
+        self.step_task_name = sa.select(S.c.task_name).where(S.c.id == _p("id"), run_pinned(S))
+        # The one read by step id alone: the run of a step whose caller did
+        # not name it, read before the pinned statement.
+        self.step_run_of = sa.select(S.c.run_id).where(S.c.id == _p("id"))
         self.steps_of_run = sa.select(S).where(S.c.run_id == _p("id")).order_by(S.c.seq)
         # The steps without their payloads: a long history's outline.
         self.step_outlines_of_run = (

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..model.values import AttemptStatus, RunStatus, StepStatus
@@ -123,6 +124,39 @@ def claim_delivery() -> tuple[sa.BindParameter[Any], sa.BindParameter[Any]]:
     return _p("task_id", sa.String(255)), _p("node", sa.String(255))
 
 
+class RunParam(sa.BindParameter[Any]):
+    """The run a step-addressed statement names (``p_run``); on PostgreSQL
+    compared under the "C" collation.
+
+    The step is found by its primary key; the run equality only routes the
+    statement (one shard where the tables are distributed by run) and
+    refuses a step of another run. Under the column's own collation the
+    planner may take the run's steps indexes for it instead (a run it has no
+    statistics for: a new run, a fan-out of thousands of live steps), and
+    then reads every live step of the run for one. An index serves only a
+    comparison in its own collation, so this one leaves the primary key the
+    only index to seek; equality is the same bytes either way."""
+
+    inherit_cache = True
+
+
+@compiles(RunParam)
+def _run_param(element: RunParam, compiler: Any, **kw: Any) -> str:
+    return str(compiler.visit_bindparam(element, **kw))
+
+
+@compiles(RunParam, "postgresql")
+def _run_param_pg(element: RunParam, compiler: Any, **kw: Any) -> str:
+    return f'{compiler.visit_bindparam(element, **kw)} COLLATE "C"'
+
+
+def run_pinned(t: sa.Table) -> ColumnElement[bool]:
+    """The row is of the run the caller names (``p_run``): what routes a
+    statement to one shard where the tables are distributed by run, and
+    what keeps a stale or forged message off another run's step."""
+    return t.c.run_id == RunParam("p_run", type_=ID_TYPE)
+
+
 def _claim_matches() -> ColumnElement[bool]:
     """The write's claim is the step's current claim (a NULL claim: any)."""
     claim = _p("claim", CLAIM_TYPE)
@@ -131,6 +165,7 @@ def _claim_matches() -> ColumnElement[bool]:
 
 FENCE = (
     S.c.id == _p("id"),
+    run_pinned(S),
     S.c.attempt == _p("attempt"),
     S.c.status == StepStatus.RUNNING.value,
     _claim_matches(),
@@ -169,7 +204,7 @@ def fenced_pair(kind: str, now: ColumnElement[int]) -> tuple[sa.Update, sa.Updat
     step = sa.update(S).where(*FENCE).values(**step_values)
     attempt = (
         sa.update(A)
-        .where(A.c.step_id == _p("id"), A.c.attempt == _p("attempt"))
+        .where(A.c.step_id == _p("id"), run_pinned(A), A.c.attempt == _p("attempt"))
         .values(**attempt_values, finished_at=now)
     )
     return step, attempt

@@ -55,11 +55,19 @@ class InlineLeaseKeeper(StepLeaseKeeper):
     """Keeps step leases without a thread: the clock stands still while a step runs."""
 
     def hold(
-        self, step_id: str, attempt: int, lease_ms: int, claim_id: str | None = None
+        self,
+        step_id: str,
+        attempt: int,
+        lease_ms: int,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
     ) -> StepHolding:
         """The holding of a step's attempt; never renewed (its lease cannot lapse meanwhile)."""
         deadline = time.monotonic() + lease_ms / 1000
-        return StepHolding(step_id, attempt, lease_ms, claim_id=claim_id, deadline=deadline)
+        return StepHolding(
+            step_id, attempt, lease_ms, claim_id=claim_id, deadline=deadline, run_id=run_id
+        )
 
     def drop(self, holding: StepHolding) -> None:
         """Stop holding (nothing to stop)."""

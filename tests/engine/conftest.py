@@ -69,8 +69,8 @@ def kill_renewals(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         h.engine.keeper,
         "hold",
-        lambda step_id, attempt, lease_ms, claim_id=None: StepHolding(
-            step_id, attempt, lease_ms, claim_id
+        lambda step_id, attempt, lease_ms, claim_id=None, run_id=None: StepHolding(
+            step_id, attempt, lease_ms, claim_id, run_id=run_id
         ),
     )
 

@@ -135,8 +135,15 @@ def test_a_short_lease_is_renewed_at_half_and_warned_about_once(
     holdings: list[StepHolding] = []
     real_hold = h.engine.keeper.hold
 
-    def spy(step_id: str, attempt: int, lease_ms: int, claim_id: str | None = None) -> StepHolding:
-        holding = real_hold(step_id, attempt, lease_ms, claim_id)
+    def spy(
+        step_id: str,
+        attempt: int,
+        lease_ms: int,
+        claim_id: str | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> StepHolding:
+        holding = real_hold(step_id, attempt, lease_ms, claim_id, run_id=run_id)
         holdings.append(holding)
         return holding
 

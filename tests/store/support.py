@@ -65,7 +65,7 @@ def lapse(store: WorkflowStore, *steps: StepState, timeout: float = 10.0) -> Non
 
 
 def claim(store: WorkflowStore, step: StepState, worker: str, lease: int = LONG) -> StepState:
-    got = threaded(store).claim(step.id, step.task_name or TASK, worker, lease)
+    got = threaded(store).claim(step.id, step.task_name or TASK, worker, lease, run_id=step.run_id)
     assert got is not None, f"{worker} could not claim {step.name}"
     return got
 

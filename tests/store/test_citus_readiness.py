@@ -94,42 +94,13 @@ MULTI_SHARD_BY_DESIGN = {
     "prune_delete_audit",
     "prune_delete_runs",
     "prune_keys",  # the batch's runs' idempotency keys: read, deleted
+    # a caller that did not name the run: the step's run read by its id, once,
+    # before the pinned statement (the engine always names it)
+    "step_run_of",
 }
 """Statements that read across runs on purpose (any shape of a family)."""
 
-HOT_PATH_GAPS = {
-    # a step addressed by its id (and the claim by an optional run): the
-    # message carries the run, the statement does not pin it yet
-    "claim",
-    "claim_view",
-    "claim_view_durable",
-    "step_get",
-    "step_task_name",
-    "supersede",
-    "renew",
-    "renew_counted",
-    "renew_counted_cte",
-    "park",
-    "expire",
-    "expire_attempt",
-    "fenced_step",
-    "fenced_attempt",
-    "fenced_at_step",
-    "fenced_at_attempt",
-    "fenced_cte",
-    "fenced_cte_at",
-    "resolve",
-    "resolve_attempt",
-    "settle_parent_attempt",
-    # PostgreSQL's one-statement pass: its fenced outcome addresses the step
-    # by id (pinning the run there too made the planner pick the run's steps
-    # index over the primary key: +15 % a pass in benchmarks/store.py)
-    "pass_write",
-    # MySQL's multi-table forms of the fenced outcome and the renewal
-    "fenced_both",
-    "fenced_both_at",
-    "renew_both",
-}
+HOT_PATH_GAPS: set[str] = set()
 """Hot-path statements not routed yet: the work left for a sharded deployment."""
 
 HOT_PATH_ROUTED = {
@@ -162,6 +133,32 @@ HOT_PATH_ROUTED = {
     "note_swept",
     "audit_insert",
     "audit_of_run",
+    # a step addressed by its id and its run (the message carries both)
+    "claim",
+    "claim_view",
+    "claim_view_durable",
+    "step_get",
+    "step_task_name",
+    "supersede",
+    "renew",
+    "renew_counted",
+    "renew_counted_cte",
+    "park",
+    "expire",
+    "expire_attempt",
+    "fenced_step",
+    "fenced_attempt",
+    "fenced_at_step",
+    "fenced_at_attempt",
+    "fenced_cte",
+    "fenced_cte_at",
+    "resolve",
+    "resolve_attempt",
+    "settle_parent_attempt",
+    "pass_write",
+    "fenced_both",
+    "fenced_both_at",
+    "renew_both",
 }
 """Statements of the hot path and of one run's page that must stay routed."""
 

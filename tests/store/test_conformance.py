@@ -324,6 +324,76 @@ def test_child_step_is_parked_and_never_claimed(store: WorkflowStore) -> None:
     assert store.get_step(kid.id) == kid
 
 
+# --- a step addressed with a run it is not of (a stale or forged message) -----
+
+
+def test_a_step_named_with_another_run_is_never_touched(store: WorkflowStore) -> None:
+    run, [step] = make_tasks(store, 1)
+    other, _ = make_tasks(store, 1)
+    err = {"type": "E", "message": "forged", "traceback": ""}
+    assert store.get_step(step.id, run_id=other.id) is None
+    assert store.claim_step(step.id, TASK, "forged", LONG, run_id=other.id) is None
+    # another task's name too: the step is not there, so nothing to refuse
+    assert store.claim_step(step.id, "tasks.other", "forged", LONG, run_id=other.id) is None
+    assert store.get_step(step.id, run_id=run.id) == step  # not claimed
+    held = claim(store, step, "mine")
+    for lease in (LONG, None):  # a renewal, a park
+        renewed = store.refresh_step_lease(
+            step.id, held.attempt, lease, held.claim_id, run_id=other.id
+        )
+        assert renewed is False
+    with pytest.raises(WorkflowStepSupersededError):
+        store.complete_step(step.id, held.attempt, "forged", held.claim_id, run_id=other.id)
+    for delay in (None, 0.0):
+        with pytest.raises(WorkflowStepSupersededError):
+            store.fail_step(step.id, held.attempt, err, delay, held.claim_id, run_id=other.id)
+    assert store.get_step(step.id, run_id=run.id) == held
+    [row] = store.get_attempts(run.id)
+    assert row.status == AttemptStatus.RUNNING and row.renewals == 0 and row.result is None
+    # its own run's calls still hold
+    assert store.refresh_step_lease(step.id, held.attempt, LONG, held.claim_id, run_id=run.id)
+    store.complete_step(step.id, held.attempt, "mine", held.claim_id, run_id=run.id)
+    done = store.get_step(step.id, run_id=run.id)
+    assert done is not None and done.status == StepStatus.SUCCEEDED and done.result == "mine"
+
+
+def test_a_lapsed_step_named_with_another_run_is_neither_taken_nor_expired(
+    store: WorkflowStore,
+) -> None:
+    run, [step] = make_tasks(store, 1, max_attempts=2)
+    other, _ = make_tasks(store, 1)
+    first = claim(store, step, "a", lease=SHORT)
+    lapse(store, first)
+    assert store.claim_step(step.id, TASK, "forged", LONG, run_id=other.id) is None
+    second = store.claim_step(step.id, TASK, "b", SHORT, run_id=run.id)
+    assert second is not None and second.attempt == 2
+    lapse(store, second)
+    assert store.expire_step(step.id, run_id=other.id) is False
+    assert store.get_step(step.id, run_id=run.id) == second
+    assert store.expire_step(step.id, run_id=run.id) is True
+    rows = attempts_of(store, run.id, step.id)
+    assert rows[1].status == AttemptStatus.SUPERSEDED
+    assert rows[2].status == AttemptStatus.LEASE_EXPIRED
+
+
+def test_a_caller_that_does_not_name_the_run_addresses_the_step_alone(
+    store: WorkflowStore,
+) -> None:
+    run, [step] = make_tasks(store, 1)
+    missing = step_id_for(run.id, "nope")
+    assert store.get_step(missing) is None
+    assert store.claim_step(missing, TASK, "w", LONG) is None
+    assert store.refresh_step_lease(missing, 1, LONG) is False
+    assert store.expire_step(missing) is False
+    with pytest.raises(WorkflowStepSupersededError):
+        store.fail_step(missing, 1, {"type": "E", "message": "", "traceback": ""})
+    held = store.claim_step(step.id, TASK, "w", LONG)
+    assert held is not None and held.run_id == run.id
+    assert store.refresh_step_lease(step.id, held.attempt, LONG, held.claim_id) is True
+    store.complete_step(step.id, held.attempt, "ok", held.claim_id)
+    assert store.get_step(step.id) == store.get_step(step.id, run_id=run.id)
+
+
 # --- rule 5: attempts are finite ----------------------------------------------
 
 

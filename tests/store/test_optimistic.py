@@ -180,7 +180,7 @@ def test_a_sequential_step_costs_two_round_trips_on_mariadb(
     claimed: list[object] = []
     assert (
         _mariadb_round_trips(
-            lambda: claimed.append(threaded(store).claim(step.id, TASK, "w", 60_000))
+            lambda: claimed.append(threaded(store).claim(step.id, TASK, "w", 60_000, run_id=run.id))
         )
         == 1
     )
@@ -189,7 +189,12 @@ def test_a_sequential_step_costs_two_round_trips_on_mariadb(
     assert _mariadb_round_trips(lambda: threaded(store).take_pass(run.id, outcome, decide)) == 1
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "next"]
     nxt = store.get_steps(run.id)[1]
-    assert _mariadb_round_trips(lambda: threaded(store).claim(nxt.id, TASK, "w", 60_000)) == 1
+    assert (
+        _mariadb_round_trips(
+            lambda: threaded(store).claim(nxt.id, TASK, "w", 60_000, run_id=run.id)
+        )
+        == 1
+    )
     done = StepOutcome(nxt.id, 1, ok=True, result="done")
     assert (
         _mariadb_round_trips(
@@ -206,7 +211,12 @@ def test_a_sequential_step_costs_two_round_trips_on_mariadb(
     other, [lone] = make_tasks(store_for(store.engine), 1)
     fresh = store_for(store.engine)
     fresh.prepare()  # its checks of the schema and the connection, once
-    assert _mariadb_round_trips(lambda: threaded(fresh).claim(lone.id, TASK, "w", 60_000)) == 1
+    assert (
+        _mariadb_round_trips(
+            lambda: threaded(fresh).claim(lone.id, TASK, "w", 60_000, run_id=other.id)
+        )
+        == 1
+    )
     landed = StepOutcome(lone.id, 1, ok=True, result=1)
     assert (
         _mariadb_round_trips(
@@ -248,7 +258,10 @@ def test_a_sequential_step_costs_two_round_trips(pg_one_store: SQLWorkflowStore)
     claimed: list[object] = []
     assert (
         _round_trips(
-            engine, lambda: claimed.append(threaded(store).claim(step.id, TASK, "w", 60_000))
+            engine,
+            lambda: claimed.append(
+                threaded(store).claim(step.id, TASK, "w", 60_000, run_id=run.id)
+            ),
         )
         == 1
     )
@@ -257,5 +270,10 @@ def test_a_sequential_step_costs_two_round_trips(pg_one_store: SQLWorkflowStore)
     assert _round_trips(engine, lambda: threaded(store).take_pass(run.id, outcome, decide)) == 1
     assert [s.name for s in store.get_steps(run.id)] == ["s0", "next"]
     nxt = store.get_steps(run.id)[1]
-    assert _round_trips(engine, lambda: threaded(store).claim(nxt.id, TASK, "w", 60_000)) == 1
-    assert _round_trips(engine, lambda: store.complete_step(nxt.id, 1, "done")) == 1
+    assert (
+        _round_trips(
+            engine, lambda: threaded(store).claim(nxt.id, TASK, "w", 60_000, run_id=run.id)
+        )
+        == 1
+    )
+    assert _round_trips(engine, lambda: store.complete_step(nxt.id, 1, "done", run_id=run.id)) == 1

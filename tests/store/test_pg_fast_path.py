@@ -131,7 +131,7 @@ def test_a_killed_connection_fails_one_claim_then_reconnects(
     terminate_backend(store_pg_engine, pid)
 
     with pytest.raises(sa.exc.OperationalError) as info:
-        threaded(store).claim(step.id, TASK, "w", 60_000)
+        threaded(store).claim(step.id, TASK, "w", 60_000, run_id=step.run_id)
     assert info.value.connection_invalidated
     assert isinstance(info.value.orig, psycopg.OperationalError)
     assert info.value.statement == claim_sql(store).sql
@@ -212,7 +212,7 @@ def test_a_refused_connection_fails_the_claim_as_the_general_path_would(
     sa.event.listen(store.engine, "do_connect", refuse)
     try:
         with pytest.raises(sa.exc.OperationalError) as info:
-            threaded(store).claim(step.id, TASK, "w", 60_000)
+            threaded(store).claim(step.id, TASK, "w", 60_000, run_id=step.run_id)
     finally:
         sa.event.remove(store.engine, "do_connect", refuse)
     assert isinstance(info.value.orig, psycopg.OperationalError)
@@ -280,9 +280,11 @@ def test_an_interrupt_mid_statement_drops_the_connection_and_the_next_call_recon
 
     monkeypatch.setattr(PgConnection, "_wait", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        threaded(store).claim(step.id, TASK, "w", 60_000)
+        threaded(store).claim(step.id, TASK, "w", 60_000, run_id=step.run_id)
     assert store.engine.pool.checkedout() == 0
-    got = threaded(store).claim(step.id, TASK, "w", 60_000)  # on a new connection
+    got = threaded(store).claim(
+        step.id, TASK, "w", 60_000, run_id=step.run_id
+    )  # on a new connection
     assert backend_pid(store.engine) != pid
     # The interrupted claim may have landed before the wait was cut short:
     # then this one finds the step running, as a redelivery would.
