@@ -258,12 +258,16 @@ step_table = sa.Table(
     # ..., a handful of rows sorted by seq) and the idle-run sweep's probe
     sa.UniqueConstraint("run_id", "name", name="uq_pikku_step_run_name"),
     # the idle sweep's probe (has this run a step in flight?) reads only live
-    # steps: one run's few, never the settled history of a long run. run_id
-    # alone: no other query may mistake it for a status index, and on
-    # MySQL/MariaDB (whole) a status change never rewrites it
+    # steps: one run's few, never the settled history of a long run. No
+    # status column: no other query may mistake it for a status index, and on
+    # MySQL/MariaDB (whole) a status change never rewrites it. The step's id
+    # after the run: a statement that names a step and its run, which the
+    # planner may take through this index (a new run it has no statistics
+    # for), seeks the one entry, not every live step of a wide fan-out
     sa.Index(
         "ix_pikku_step_live_run",
         "run_id",
+        "id",
         postgresql_where=UNSETTLED_STEP,
         sqlite_where=UNSETTLED_STEP,
     ),

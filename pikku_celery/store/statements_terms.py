@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..model.values import AttemptStatus, RunStatus, StepStatus
@@ -124,37 +123,11 @@ def claim_delivery() -> tuple[sa.BindParameter[Any], sa.BindParameter[Any]]:
     return _p("task_id", sa.String(255)), _p("node", sa.String(255))
 
 
-class RunParam(sa.BindParameter[Any]):
-    """The run a step-addressed statement names (``p_run``); on PostgreSQL
-    compared under the "C" collation.
-
-    The step is found by its primary key; the run equality only routes the
-    statement (one shard where the tables are distributed by run) and
-    refuses a step of another run. Under the column's own collation the
-    planner may take the run's steps indexes for it instead (a run it has no
-    statistics for: a new run, a fan-out of thousands of live steps), and
-    then reads every live step of the run for one. An index serves only a
-    comparison in its own collation, so this one leaves the primary key the
-    only index to seek; equality is the same bytes either way."""
-
-    inherit_cache = True
-
-
-@compiles(RunParam)
-def _run_param(element: RunParam, compiler: Any, **kw: Any) -> str:
-    return str(compiler.visit_bindparam(element, **kw))
-
-
-@compiles(RunParam, "postgresql")
-def _run_param_pg(element: RunParam, compiler: Any, **kw: Any) -> str:
-    return f'{compiler.visit_bindparam(element, **kw)} COLLATE "C"'
-
-
 def run_pinned(t: sa.Table) -> ColumnElement[bool]:
     """The row is of the run the caller names (``p_run``): what routes a
     statement to one shard where the tables are distributed by run, and
     what keeps a stale or forged message off another run's step."""
-    return t.c.run_id == RunParam("p_run", type_=ID_TYPE)
+    return t.c.run_id == _p("run", ID_TYPE)
 
 
 def _claim_matches() -> ColumnElement[bool]:

@@ -24,7 +24,7 @@ import warnings
 import sqlalchemy as sa
 from alembic import op
 
-from pikku_celery.sql.schema import ExactString
+from pikku_celery.sql.schema import UNSETTLED_STEP, ExactString
 
 revision = "0014"
 down_revision = "0013"
@@ -41,6 +41,18 @@ PRIMARY_KEYS = {
     "pikku_workflow_audit": (["id"], ["id", "run_id"]),
 }
 AUDIT = "pikku_workflow_audit"
+STEPS = "pikku_workflow_step"
+LIVE_RUN = "ix_pikku_step_live_run"
+
+
+def _live_run_index(columns: list[str]) -> None:
+    """The live steps by run, whose columns now end with the step's id: a
+    statement that names a step and its run, planned through it, seeks
+    the one entry."""
+    op.drop_index(LIVE_RUN, table_name=STEPS)
+    op.create_index(
+        LIVE_RUN, STEPS, columns, postgresql_where=UNSETTLED_STEP, sqlite_where=UNSETTLED_STEP
+    )
 
 
 def _dialect() -> str:
@@ -88,9 +100,11 @@ def upgrade() -> None:
         op.drop_constraint(UNIQUE_KEY, RUNS, type_="unique")
     for table, (_, now) in PRIMARY_KEYS.items():
         _set_primary_key(table, now)
+    _live_run_index(["run_id", "id"])
 
 
 def downgrade() -> None:
+    _live_run_index(["run_id"])
     for table, (before, _) in PRIMARY_KEYS.items():
         _set_primary_key(table, before)
     if _dialect() == "sqlite":
