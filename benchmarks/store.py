@@ -1,6 +1,6 @@
 """The store's hot path against a raw single-row UPDATE, on the same server.
 
-    python benchmarks/store.py [--n 2000] [--backends postgres,mariadb] [--keyed]
+    python benchmarks/store.py [--n 2000] [--backends postgres,mariadb] [--keyed] [--unnamed]
 
 For each server it makes a scratch database (dropped afterwards), migrates it,
 and times, on one thread, rounds of one of each (interleaved, so the load of
@@ -13,6 +13,10 @@ a shared machine weighs on all three alike):
 - ``claim+advance``: ``claim_step`` then ``advance`` with the outcome and a
   pass that records the next step or ends the run (the engine's real cycle:
   the run's steps read for the replay, the outcome, the next step, the run).
+
+Each call names the step's run, as the engine does (``--unnamed``: as a
+caller that does not, which costs the store a read of the step's run first;
+a checkout whose store takes no ``run_id`` there is measured as it is).
 
 With ``--keyed``, three more, each ``create_run`` (the row a start writes
 before its first pass): ``start`` without an idempotency key, ``start+key``
@@ -27,6 +31,7 @@ admin URL: the script creates and drops its own database).
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import statistics
 import sys
@@ -35,6 +40,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -116,22 +122,34 @@ def steps(n: int, start: int = 0) -> list[NewStep]:
     ]
 
 
-def claim_complete_op(store: SQLWorkflowStore, n: int) -> Callable[[], None]:
+def run_named(method: Callable[..., Any], run_id: str, named: bool) -> dict[str, str]:
+    """``run_id=`` for ``method`` when measuring the engine's calls and the
+    store's method takes it (an older checkout's may not)."""
+    return {"run_id": run_id} if named and "run_id" in inspect.signature(method).parameters else {}
+
+
+def claim_complete_op(store: SQLWorkflowStore, n: int, named: bool) -> Callable[[], None]:
     """claim_step + complete_step over the steps of one big run."""
     run, _ = store.create_run(NewRun("bench", {}))
     made = Decision(new_steps=steps(n))
     take_pass(store, run.id, None, lambda view: made)
     ids = iter([s.id for s in store.get_steps(run.id)])
+    on_claim = run_named(store.claim_step, run.id, named)
+    on_complete = run_named(store.complete_step, run.id, named)
 
     def op() -> None:
-        step = store.claim_step(next(ids), TASK, "bench-worker", 60_000, bound_ms=BOUND_MS)
+        step = store.claim_step(
+            next(ids), TASK, "bench-worker", 60_000, bound_ms=BOUND_MS, **on_claim
+        )
         assert step is not None
-        store.complete_step(step.id, step.attempt, {"ok": True})
+        store.complete_step(step.id, step.attempt, {"ok": True}, **on_complete)
 
     return op
 
 
-def claim_advance_op(store: SQLWorkflowStore) -> tuple[Callable[[], None], Callable[[], None]]:
+def claim_advance_op(
+    store: SQLWorkflowStore, named: bool
+) -> tuple[Callable[[], None], Callable[[], None]]:
     """(prepare, cycle): runs of STEPS_PER_RUN sequential steps; a cycle claims
     the current step, then completes it and records the next in one pass.
     ``prepare`` starts a new run when one is finished (not timed)."""
@@ -154,7 +172,10 @@ def claim_advance_op(store: SQLWorkflowStore) -> tuple[Callable[[], None], Calla
         run_id, step_id = state["run"], state["step"]
         assert run_id is not None and step_id is not None
         known = runs.take(step_id)
-        got = store.claim(step_id, TASK, "bench-worker", 60_000, bound_ms=BOUND_MS, known=known)
+        on_claim = run_named(store.claim, run_id, named)
+        got = store.claim(
+            step_id, TASK, "bench-worker", 60_000, bound_ms=BOUND_MS, known=known, **on_claim
+        )
         assert got is not None
         step = got.step
         outcome = StepOutcome(step.id, step.attempt, ok=True, result={"ok": True})
@@ -181,14 +202,16 @@ def start_ops(store: SQLWorkflowStore) -> list[tuple[str, Callable[[], None]]]:
     return [("start", plain), ("start+key", keyed), ("start+key again", again)]
 
 
-def measure(url: str, n: int, keyed: bool = False, warmup: int = 200) -> dict[str, list[float]]:
+def measure(
+    url: str, n: int, keyed: bool = False, named: bool = True, warmup: int = 200
+) -> dict[str, list[float]]:
     """The operations interleaved, one of each per round, so a load spike on
     this shared machine hits them all alike."""
     update, update_engine = update_op(url)
     engine = make_engine(url)
     store = store_for(engine)
-    cc = claim_complete_op(store, n + warmup)
-    prepare, ca = claim_advance_op(store)
+    cc = claim_complete_op(store, n + warmup, named)
+    prepare, ca = claim_advance_op(store, named)
     ops = [("UPDATE", update), ("claim+complete", cc), ("claim+advance", ca)]
     if keyed:
         ops += start_ops(store)
@@ -219,6 +242,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000, help="rounds (one of each operation)")
     parser.add_argument("--backends", default="postgres,mariadb")
     parser.add_argument("--keyed", action="store_true", help="also starts, with and without a key")
+    parser.add_argument(
+        "--unnamed", action="store_true", help="step calls without run_id (an outside caller)"
+    )
     args = parser.parse_args()
     lines = [
         f"n = {args.n} rounds, operations interleaved; one thread; loopback",
@@ -229,7 +255,7 @@ def main() -> None:
     for name in args.backends.split(","):
         with scratch(SERVERS[name]) as url:
             upgrade(url)
-            times = measure(url, args.n, args.keyed)
+            times = measure(url, args.n, args.keyed, named=not args.unnamed)
         update_mean = statistics.fmean(times["UPDATE"])
         for op, xs in times.items():
             lines.append(row(name, op, xs, update_mean))
