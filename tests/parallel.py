@@ -1,0 +1,91 @@
+"""A pytest plugin: the suite on pytest-xdist workers (``-n 2 --dist loadgroup``).
+
+Much of the suite waits: on real workers, on leases running out, on servers
+starting. Two worker processes overlap that waiting. Each worker is a pytest
+session of its own (its own databases and Redis prefix: tests/services.py).
+
+With ``--dist loadgroup`` a worker gets a whole module at a time, so a
+module's fixtures (a throwaway server, a cluster of Celery workers) are set
+up once, as in a run without xdist. The modules that must not run beside each
+other share a group (:data:`GROUPS`): a group goes to one worker, which runs
+its modules one after another. An ``xdist_group`` marker still names a group
+of its own.
+
+The worker that is handed the longest module last runs it alone while the
+other waits: :data:`FIRST` lists the long ones, longest first, and both
+workers order their collection so that they are handed out before the rest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler.protocol import Scheduling
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    # Network namespaces, a bridge and addresses on fixed names (a file lock
+    # makes a second run wait for the first).
+    "hosts": ("tests/reliability/hosts/",),
+    # One headless Chromium per session: the pages' tests share it.
+    "browser": (
+        "tests/web/test_browser.py",
+        "tests/web/test_canvas_page.py",
+        "tests/web/test_continued_page.py",
+    ),
+}
+
+FIRST: tuple[str, ...] = (
+    "hosts",
+    "tests/celery/test_takeover_defaults.py",
+    "tests/reliability/test_chaos.py",
+    "tests/celery/test_rolling_deploy_real.py",
+    "tests/canvas/test_semantics.py",
+)
+
+
+def scope_of(nodeid: str) -> str:
+    """The work unit a test belongs to: its group, else its module."""
+    at = nodeid.rfind("@")
+    if at > nodeid.rfind("]"):  # an xdist_group marker's name, as loadgroup reads it
+        return nodeid[at + 1 :]
+    module = nodeid.split("::", 1)[0]
+    for group, prefixes in GROUPS.items():
+        if module.startswith(prefixes):
+            return group
+    return module
+
+
+def rank(nodeid: str) -> int:
+    """The long work units first (in :data:`FIRST`'s order), then the rest."""
+    scope = scope_of(nodeid)
+    return FIRST.index(scope) if scope in FIRST else len(FIRST)
+
+
+def grouping(config: pytest.Config) -> bool:
+    return bool(config.getvalue("dist") == "loadgroup")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """``--dist loadgroup``: modules and the groups above, long ones first."""
+    if not grouping(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    # Handed out in collection order (which the workers sort), not by size.
+    config.option.loadscopereorder = False
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the long work units first (both workers sort alike)."""
+    if hasattr(config, "workerinput") and grouping(config):
+        items.sort(key=lambda item: rank(item.nodeid))
