@@ -18,6 +18,8 @@ workers order their collection so that they are handed out before the rest.
 
 from __future__ import annotations
 
+import os
+import random
 from typing import TYPE_CHECKING
 
 import pytest
@@ -83,6 +85,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
     # Handed out in collection order (which the workers sort), not by size.
     config.option.loadscopereorder = False
     return GroupScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One string-hash seed for the run's workers, a new one each run: the
+    workers must collect the same tests in the same order, and some
+    parametrizations are built from sets (pytest-celery's brokers)."""
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        os.environ.setdefault("PYTHONHASHSEED", str(random.randrange(1, 2**32)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
