@@ -27,11 +27,30 @@ import pytest
 if TYPE_CHECKING:
     from xdist.remote import Producer
     from xdist.scheduler.protocol import Scheduling
+    from xdist.workermanage import WorkerController
+
+COLUMNS_KEY = "pikku_columns"
 
 GROUPS: dict[str, tuple[str, ...]] = {
     # Network namespaces, a bridge and addresses on fixed names (a file lock
     # makes a second run wait for the first).
     "hosts": ("tests/reliability/hosts/",),
+    # One cluster per session (a beat and three workers, alive to the end):
+    # the modules that share it, on one worker, start it once.
+    "shared-canvas": tuple(
+        f"tests/canvas/test_{name}.py"
+        for name in (
+            "add_to_chord",
+            "celery_rules",
+            "errbacks_once",
+            "ids",
+            "large_group",
+            "payloads",
+            "replace",
+            "request_fields",
+            "result_tree",
+        )
+    ),
     # One headless Chromium per session: the pages' tests share it.
     "browser": (
         "tests/web/test_browser.py",
@@ -43,6 +62,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 FIRST: tuple[str, ...] = (
     "hosts",
     "tests/celery/test_takeover_defaults.py",
+    "shared-canvas",
     "tests/reliability/test_chaos.py",
     "tests/celery/test_rolling_deploy_real.py",
     "tests/canvas/test_semantics.py",
@@ -90,9 +110,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
 def pytest_configure(config: pytest.Config) -> None:
     """One string-hash seed for the run's workers, a new one each run: the
     workers must collect the same tests in the same order, and some
-    parametrizations are built from sets (pytest-celery's brokers)."""
-    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+    parametrizations are built from sets (pytest-celery's brokers).
+
+    A worker's environment gains a ``COLUMNS`` while it starts; the CLI
+    reads one as a terminal's width (and draws narrow tables), so a worker
+    keeps the run's own, or none."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        columns = workerinput.get(COLUMNS_KEY)
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
+    elif config.getoption("numprocesses", None):
         os.environ.setdefault("PYTHONHASHSEED", str(random.randrange(1, 2**32)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: WorkerController) -> None:
+    """What a worker needs of the run's environment (see pytest_configure)."""
+    node.workerinput[COLUMNS_KEY] = os.environ.get("COLUMNS")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

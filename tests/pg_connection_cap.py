@@ -38,11 +38,12 @@ WHERE application_name ~ %(apps)s OR datname LIKE %(databases)s
 """
 
 
-def cap() -> int:
-    """The most connections the session may hold at once."""
+def cap(workers: int = 1) -> int:
+    """The most connections the session may hold at once: by default
+    :data:`DEFAULT_CAP` for each xdist worker of the run."""
     raw = os.environ.get(CAP_ENV, "")
     try:
-        return int(raw) if raw else DEFAULT_CAP
+        return int(raw) if raw else DEFAULT_CAP * workers
     except ValueError:
         raise pytest.UsageError(f"{CAP_ENV} must be a whole number, not {raw!r}") from None
 
@@ -117,7 +118,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     if os.environ.get(ACTIVE_ENV) or session.config.getoption("collectonly"):
         return
-    limit = cap()  # a bad value fails before any test runs
+    workers = getattr(session.config.option, "numprocesses", None)
+    limit = cap(workers if isinstance(workers, int) and workers > 0 else 1)  # a bad value fails now
     url = sa.engine.make_url(PG_ADMIN_URL).set(drivername="postgresql")
     sampler = Sampler(url.render_as_string(hide_password=False), SUITE_APP_NAME, SESSION_TAG)
     try:
