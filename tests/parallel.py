@@ -11,9 +11,13 @@ other share a group (:data:`GROUPS`): a group goes to one worker, which runs
 its modules one after another. An ``xdist_group`` marker still names a group
 of its own.
 
-The worker that is handed the longest module last runs it alone while the
-other waits: :data:`FIRST` lists the long ones, longest first, and both
-workers order their collection so that they are handed out before the rest.
+Work units are handed out in collection order, so each worker runs its
+modules in the order a run without xdist runs them (a group's modules run
+together, where its first one would): a module that leaves process-wide
+state behind precedes the same modules as it always did. Handing the longest
+units out first, for a shorter tail, put modules before others they never
+preceded, and a log-capturing test (tests/engine/test_transactional.py)
+then saw no log at all.
 """
 
 from __future__ import annotations
@@ -59,15 +63,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-FIRST: tuple[str, ...] = (
-    "hosts",
-    "tests/celery/test_takeover_defaults.py",
-    "shared-canvas",
-    "tests/reliability/test_chaos.py",
-    "tests/celery/test_rolling_deploy_real.py",
-    "tests/canvas/test_semantics.py",
-)
-
 
 def scope_of(nodeid: str) -> str:
     """The work unit a test belongs to: its group, else its module."""
@@ -81,19 +76,13 @@ def scope_of(nodeid: str) -> str:
     return module
 
 
-def rank(nodeid: str) -> int:
-    """The long work units first (in :data:`FIRST`'s order), then the rest."""
-    scope = scope_of(nodeid)
-    return FIRST.index(scope) if scope in FIRST else len(FIRST)
-
-
 def grouping(config: pytest.Config) -> bool:
     return bool(config.getvalue("dist") == "loadgroup")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
-    """``--dist loadgroup``: modules and the groups above, long ones first."""
+    """``--dist loadgroup``: modules and the groups above, in collection order."""
     if not grouping(config):
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -102,7 +91,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
 
-    # Handed out in collection order (which the workers sort), not by size.
+    # Handed out in collection order, not by size (see the docstring above).
     config.option.loadscopereorder = False
     return GroupScheduling(config, log)
 
@@ -130,9 +119,3 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node: WorkerController) -> None:
     """What a worker needs of the run's environment (see pytest_configure)."""
     node.workerinput[COLUMNS_KEY] = os.environ.get("COLUMNS")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker, the long work units first (both workers sort alike)."""
-    if hasattr(config, "workerinput") and grouping(config):
-        items.sort(key=lambda item: rank(item.nodeid))
