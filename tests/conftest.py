@@ -27,7 +27,12 @@ from tests.throwaway import (
     throwaway_redis,
 )
 
-pytest_plugins = ("celery.contrib.pytest", "tests.pg_connection_cap", "tests.pgbouncer")
+pytest_plugins = (
+    "celery.contrib.pytest",
+    "tests.pg_connection_cap",
+    "tests.pgbouncer",
+    "tests.parallel",
+)
 
 
 @pytest.fixture

@@ -5,13 +5,18 @@ connection slots. Every connection the suite opens carries the session's
 ``application_name`` (``PGAPPNAME``, set at conftest import, inherited by the
 worker subprocesses). One thread, on one connection of its own, samples
 ``pg_stat_activity`` all session long and keeps the peak; a peak above the cap
-(``PIKKU_TEST_PG_MAX_CONNECTIONS``) fails the session, naming the test that
-was running then.
+(``PIKKU_TEST_PG_MAX_CONNECTIONS``) fails the session, naming the tests that
+were running then.
+
+Under pytest-xdist the controller samples and its workers do not: the cap is
+the whole run's, every worker's connections counted together (a worker's
+``application_name`` is the run's with its id added: tests/services.py).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -29,15 +34,16 @@ ACTIVE_ENV = "PIKKU_TEST_PG_SAMPLER"
 COUNT = """
 SELECT count(*), coalesce(string_agg(DISTINCT datname, ',' ORDER BY datname), '')
 FROM pg_stat_activity
-WHERE application_name = %(app)s OR datname LIKE %(databases)s
+WHERE application_name ~ %(apps)s OR datname LIKE %(databases)s
 """
 
 
-def cap() -> int:
-    """The most connections the session may hold at once."""
+def cap(workers: int = 1) -> int:
+    """The most connections the session may hold at once: by default
+    :data:`DEFAULT_CAP` for each xdist worker of the run."""
     raw = os.environ.get(CAP_ENV, "")
     try:
-        return int(raw) if raw else DEFAULT_CAP
+        return int(raw) if raw else DEFAULT_CAP * workers
     except ValueError:
         raise pytest.UsageError(f"{CAP_ENV} must be a whole number, not {raw!r}") from None
 
@@ -60,6 +66,7 @@ class Sampler:
     app: str
     databases: str
     current: str = "(collection)"
+    running: dict[str, None] = field(default_factory=dict)  # in start order
     peak: Peak = field(default_factory=Peak)
     error: str | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -79,7 +86,9 @@ class Sampler:
         return self.peak
 
     def _loop(self, conn: psycopg.Connection[tuple[int, str]]) -> None:
-        params = {"app": self.app, "databases": f"{self.databases}%"}
+        # The run's own name, and its xdist workers' (the name and _gw<n>).
+        apps = f"^{re.escape(self.app)}(_gw[0-9]+)?$"
+        params = {"apps": apps, "databases": f"{self.databases}%"}
         try:
             with conn:
                 while not self._stop.is_set():
@@ -109,7 +118,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     if os.environ.get(ACTIVE_ENV) or session.config.getoption("collectonly"):
         return
-    limit = cap()  # a bad value fails before any test runs
+    workers = getattr(session.config.option, "numprocesses", None)
+    limit = cap(workers if isinstance(workers, int) and workers > 0 else 1)  # a bad value fails now
     url = sa.engine.make_url(PG_ADMIN_URL).set(drivername="postgresql")
     sampler = Sampler(url.render_as_string(hide_password=False), SUITE_APP_NAME, SESSION_TAG)
     try:
@@ -121,14 +131,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_runtest_logstart(nodeid: str) -> None:
-    """The test whose setup, call or teardown runs now."""
+    """The tests whose setup, call or teardown run now (one per xdist worker)."""
     for sampler, _ in _session:
-        sampler.current = nodeid
+        sampler.running[nodeid] = None
+        sampler.current = ", ".join(sampler.running)
 
 
 def pytest_runtest_logfinish(nodeid: str) -> None:
     for sampler, _ in _session:
-        sampler.current = f"(after {nodeid})"
+        sampler.running.pop(nodeid, None)
+        sampler.current = ", ".join(sampler.running) or f"(after {nodeid})"
 
 
 @pytest.hookimpl(trylast=True)  # after the session's fixtures are torn down

@@ -27,8 +27,16 @@ SESSION_TAG = f"pikku_t{uuid.uuid4().hex[:10]}"
 # environment) names the session, so it can be counted and told apart from
 # other developers' (tests/pg_connection_cap.py). A pytest run started inside
 # a test keeps its parent's name: its connections are the parent's too.
-if not os.environ.get("PGAPPNAME", "").startswith("pikku_t"):
+# A pytest-xdist worker is a session of its own under the run's name: its tag
+# and application_name are the run's with the worker's id added, so the run
+# counts every worker's connections and databases by its name, and a worker
+# that counts its own connections does not see its sibling's.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_RUN_NAME = os.environ.get("PGAPPNAME", "")
+if not _RUN_NAME.startswith("pikku_t"):
     os.environ["PGAPPNAME"] = SESSION_TAG
+elif _XDIST_WORKER and not _RUN_NAME.endswith(f"_{_XDIST_WORKER}"):
+    SESSION_TAG = os.environ["PGAPPNAME"] = f"{_RUN_NAME}_{_XDIST_WORKER}"
 SUITE_APP_NAME = os.environ["PGAPPNAME"]
 
 PG_ADMIN_URL = os.environ.get(
