@@ -121,7 +121,7 @@ class PostgresStatements(Statements):
         renewed = self.renew.returning(S.c.id, S.c.attempt, S.c.updated_at).cte("renewed")
         counted = (
             sa.update(A)
-            .where(A.c.step_id == renewed.c.id, run_pinned(A), A.c.attempt == renewed.c.attempt)
+            .where(*_attempt_of(renewed))
             .values(renewals=A.c.renewals + 1, renewed_at=renewed.c.updated_at)
             .cte("counted")
         )
@@ -250,7 +250,7 @@ class PostgresStatements(Statements):
         done = step.returning(S.c.id, S.c.attempt, S.c.updated_at).cte("done")
         recorded = (
             sa.update(A)
-            .where(A.c.step_id == done.c.id, run_pinned(A), A.c.attempt == done.c.attempt)
+            .where(*_attempt_of(done))
             .values(**attempt_values, finished_at=done.c.updated_at)
             .cte("recorded")
         )
@@ -299,6 +299,19 @@ class PostgresStatements(Statements):
         return sa.select(*_pass_counts(pinned, outcome, passed, ends)).add_cte(*ctes)
 
 
+def _attempt_of(written: Any) -> list[ColumnElement[bool]]:
+    """The attempt row of the step a CTE just wrote: its id bound to the
+    parameter too, so the attempt's primary key is sought by a constant
+    (joined only through the CTE, the planner may scan the run's attempts
+    for the one row)."""
+    return [
+        A.c.step_id == _p("id"),
+        A.c.step_id == written.c.id,
+        run_pinned(A),
+        A.c.attempt == written.c.attempt,
+    ]
+
+
 def _pass_outcome(kind: str | None, pinned: Any, at: ColumnElement[int]) -> tuple[Any, list[Any]]:
     """The one-statement pass's fenced outcome (gated on ``pinned``) and the
     CTEs that write it; with no outcome, ``pinned`` gates what follows."""
@@ -314,7 +327,7 @@ def _pass_outcome(kind: str | None, pinned: Any, at: ColumnElement[int]) -> tupl
     )
     recorded = (
         sa.update(A)
-        .where(A.c.step_id == outcome.c.id, run_pinned(A), A.c.attempt == outcome.c.attempt)
+        .where(*_attempt_of(outcome))
         .values(**attempt_values, finished_at=at)
         .cte("outcome_attempt")
     )
