@@ -6,8 +6,9 @@ planner takes one for the two equalities, must bound the step's id too: in a
 fan-out run of a thousand live steps that the planner has no statistics for
 (a new run), an index sought by the run alone reads every live step of the
 run for each claim, outcome and renewal. The attempt row written beside the
-step is sought by its key too, never found among the run's attempts. Checked by statement name, on the custom plan and
-on the generic one a prepared statement settles on.
+step is sought by its key too, never found among the run's attempts. Checked
+by statement name, on the custom plan and on the generic one a prepared
+statement settles on.
 """
 
 from __future__ import annotations
