@@ -50,7 +50,7 @@ class Cluster:
             children = psutil.Process(self.worker.pid).children()
         except psutil.NoSuchProcess:
             raise AssertionError(f"the worker itself died\n{self.logs()}") from None
-        return {c.pid for c in children if c.status() != psutil.STATUS_ZOMBIE}
+        return {c.pid for c in children if _alive(c)}
 
     def busy(self) -> set[int]:
         return self.pool() & busy_pids(self.workdir)
@@ -147,3 +147,12 @@ def test_a_worker_keeps_serving_while_its_idle_and_busy_pool_processes_are_kille
         cluster.kill("idle", {min(wait_until(cluster.idle, timeout=30))})
         serves(cluster, 2000 + k)
     wait_until(lambda: len(cluster.pool()) == CONCURRENCY, timeout=30)  # made whole again
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running, not a zombie; a child that exits between the listing and
+    this look is not alive either."""
+    try:
+        return bool(process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
